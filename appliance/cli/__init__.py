@@ -1,0 +1,5 @@
+"""Command-line entry point: one binary, the subcommand selects the role."""
+
+from appliance.cli.main import main
+
+__all__ = ["main"]

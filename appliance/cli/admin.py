@@ -1,0 +1,19 @@
+"""``appliance admin``: operator tooling.
+
+Every tool group lives in its own module with a ``register(subparsers)`` function.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from appliance.cli import admin_config, admin_cron, admin_store
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    admin = subparsers.add_parser("admin", help="operator tooling")
+    groups = admin.add_subparsers(dest="admin_command", metavar="TOOL")
+    groups.required = True
+    admin_cron.register(groups)
+    admin_config.register(groups)
+    admin_store.register(groups)

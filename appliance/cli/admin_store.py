@@ -1,0 +1,12 @@
+"""`appliance admin store`."""
+
+from __future__ import annotations
+
+import argparse
+
+from appliance.cli.not_yet import not_available
+
+
+def register(groups: argparse._SubParsersAction) -> None:
+    parser = groups.add_parser("store", help="store tools (not available yet)")
+    parser.set_defaults(func=not_available("admin store"))
