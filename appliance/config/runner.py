@@ -1,0 +1,290 @@
+"""The runner (voter) configuration: exactly the fields of SPEC §6, plus per-node ``raft`` timings.
+
+Theory of operation: one rule table (``RUNNER_RULE``) states every field once;
+``parse_runner_config`` walks it and reports every problem with its JSON path
+(``InvalidConfig.problems``). Fields that fail open if defaulted are required: ``peers`` in
+particular has no default, because a voter that forgot its peers would elect itself and split
+the cluster. Credentials are only *named* here (environment variable names);
+``appliance.config.credentials`` resolves them, so a config can be checked offline without any
+secret.
+
+Cross-field rules: peers have distinct ids, none equal to ``node_id``, and distinct addresses,
+none equal to this node's own ``advertise_addr:cluster_port``; initial ``schedules`` are checked
+against the configured ``limits`` (their count and every ``CatchUp`` cap); ``raft`` timings keep
+``heartbeat_ms < election_timeout_min_ms <= election_timeout_max_ms``.
+
+``raft`` is a documented extension: per-node transport tuning, not part of the sealed contract.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final
+
+from appliance.config.addresses import (
+    AddressError,
+    HostPort,
+    host_rule,
+    is_unspecified_host,
+    listen_addr_rule,
+    loopback_addr_rule,
+    parse_host_port,
+)
+from appliance.config.common import (
+    DATA_DIR,
+    ENV_NAME,
+    HEAP_MB_MAX,
+    HEAP_MB_MIN,
+    IDENT,
+    TIMEOUT_SECONDS_MAX,
+    read_json_file,
+)
+from appliance.config.rfc3339 import rfc3339_rule
+from appliance.config.schema import (
+    INVALID,
+    CrossCheck,
+    Custom,
+    Field,
+    Integer,
+    ListOf,
+    Obj,
+    Problems,
+    Text,
+    index,
+    join,
+    show,
+    validate,
+)
+from appliance.config.urls import Origin, origin_rule
+from appliance.core.definition import Definition, definition_rule
+from appliance.core.errors import InvalidConfig
+from appliance.core.limits import LIMITS_RULE, SCHEDULES_MAX, Limits
+
+CONFIG_FILE_BYTES_MAX: Final = 128 * 1024 * 1024  # 1,024 definitions of 64 KiB, escaped, fit
+PEERS_MAX: Final = 8  # at most 9 voters: fixed-voter Raft gains nothing from more
+NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SESSION_PATTERN: Final = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no spaces: a log tag
+SESSION_BYTES_MAX: Final = 128
+
+
+@dataclass(frozen=True)
+class Peer:
+    node_id: str
+    addr: HostPort
+
+    def __str__(self) -> str:
+        return f"{self.node_id}@{self.addr}"
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """The worker and its execution authority (sealed: identical on every voter)."""
+
+    url: Origin
+    bearer_env: str
+    expires_at: datetime  # aware, UTC
+    session: str
+    timeout_seconds: int
+    heap_mb: int
+    namespace: str
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class ManagementConfig:
+    """The optional loopback operator listener (per node, not sealed)."""
+
+    addr: HostPort
+    bearer_env: str
+    recovery_bearer_env: str | None = None
+
+
+@dataclass(frozen=True)
+class RaftTimings:
+    """Extension: per-node Raft timer settings (not sealed; voters may differ)."""
+
+    heartbeat_ms: int = 100
+    election_timeout_min_ms: int = 1000
+    election_timeout_max_ms: int = 2000
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    node_id: str
+    advertise_addr: str
+    cluster_port: int
+    peers: tuple[Peer, ...]
+    data_dir: str
+    admission_addr: HostPort
+    admission_bearer_env: str
+    cluster_bearer_env: str
+    remote: RemoteConfig
+    limits: Limits = field(default_factory=Limits)
+    schedules: tuple[Definition, ...] = ()
+    management: ManagementConfig | None = None
+    raft: RaftTimings = field(default_factory=RaftTimings)
+
+    @property
+    def own_addr(self) -> HostPort:
+        return HostPort(self.advertise_addr, self.cluster_port)
+
+    @property
+    def voters(self) -> dict[str, HostPort]:
+        """Every voter (this node and its peers), id → cluster address."""
+        mapping = {peer.node_id: peer.addr for peer in self.peers}
+        mapping[self.node_id] = self.own_addr
+        return dict(sorted(mapping.items()))
+
+
+# ---- rules -------------------------------------------------------------------------------------
+
+NODE_ID: Final = Text(64, 1, NAME_PATTERN, "1 to 64 characters of A-Z a-z 0-9 _ -")
+
+
+def _peer(value: object, path: str, problems: Problems) -> Any:
+    if not isinstance(value, str):
+        return problems.add(path, f'must be a string "id@host:port", got {show(value)}')
+    node_id, at, addr_text = value.partition("@")
+    if not at:
+        return problems.add(path, f'must be "id@host:port", got {show(value)}')
+    if not NAME_PATTERN.fullmatch(node_id):
+        return problems.add(
+            path, f"id must be 1 to 64 characters of A-Z a-z 0-9 _ -, got {show(node_id)}"
+        )
+    try:
+        addr = parse_host_port(addr_text)
+    except AddressError as err:
+        return problems.add(path, str(err))
+    if is_unspecified_host(addr.host):
+        return problems.add(path, f"must name an address others can reach, got {show(value)}")
+    return Peer(node_id, addr)
+
+
+def _check_peers(values: Any, path: str, problems: Problems) -> None:
+    peers_path = join(path, "peers")
+    own = HostPort(values["advertise_addr"], values["cluster_port"])
+    seen_ids: dict[str, int] = {}
+    seen_addrs: dict[HostPort, int] = {}
+    for i, peer in enumerate(values["peers"]):
+        here = index(peers_path, i)
+        if peer.node_id == values["node_id"]:
+            problems.add(
+                here, f"must not name this node ({values['node_id']}); list only the others"
+            )
+        elif peer.node_id in seen_ids:
+            problems.add(here, f"repeats the id {peer.node_id} of item {seen_ids[peer.node_id]}")
+        if peer.addr == own:
+            problems.add(here, f"has this node's own address {own} (advertise_addr:cluster_port)")
+        elif peer.addr in seen_addrs:
+            problems.add(here, f"repeats the address {peer.addr} of item {seen_addrs[peer.addr]}")
+        seen_ids.setdefault(peer.node_id, i)
+        seen_addrs.setdefault(peer.addr, i)
+
+
+def _remote_rule() -> Obj:
+    return Obj(
+        fields={
+            "url": Field(Custom(origin_rule), doc="worker origin"),
+            "bearer_env": Field(ENV_NAME, doc="names the variable holding the worker credential"),
+            "expires_at": Field(Custom(rfc3339_rule), doc="grant expiry, RFC 3339 with offset"),
+            "session": Field(
+                Text(SESSION_BYTES_MAX, 1, SESSION_PATTERN, "printable ASCII without spaces")
+            ),
+            "timeout_seconds": Field(Integer(1, TIMEOUT_SECONDS_MAX)),
+            "heap_mb": Field(Integer(HEAP_MB_MIN, HEAP_MB_MAX)),
+            "namespace": Field(IDENT),
+            "worker_id": Field(IDENT),
+        },
+        build=RemoteConfig,
+    )
+
+
+def _management_rule() -> Obj:
+    return Obj(
+        fields={
+            "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
+            "bearer_env": Field(ENV_NAME),
+            "recovery_bearer_env": Field(ENV_NAME, required=False, default=None),
+        },
+        build=ManagementConfig,
+    )
+
+
+def _check_raft(values: Any, path: str, problems: Problems) -> None:
+    if values["heartbeat_ms"] >= values["election_timeout_min_ms"]:
+        problems.add(
+            join(path, "heartbeat_ms"),
+            f"must be less than election_timeout_min_ms ({values['election_timeout_min_ms']}), "
+            f"got {values['heartbeat_ms']}",
+        )
+    if values["election_timeout_min_ms"] > values["election_timeout_max_ms"]:
+        problems.add(
+            join(path, "election_timeout_min_ms"),
+            f"must not exceed election_timeout_max_ms ({values['election_timeout_max_ms']}), "
+            f"got {values['election_timeout_min_ms']}",
+        )
+
+
+RAFT_RULE: Final = Obj(
+    fields={
+        "heartbeat_ms": Field(Integer(10, 5_000), required=False, default=100),
+        "election_timeout_min_ms": Field(Integer(50, 60_000), required=False, default=1000),
+        "election_timeout_max_ms": Field(Integer(50, 60_000), required=False, default=2000),
+    },
+    build=RaftTimings,
+    checks=(
+        CrossCheck(
+            ("heartbeat_ms", "election_timeout_min_ms", "election_timeout_max_ms"), _check_raft
+        ),
+    ),
+)
+
+# When the limits themselves are invalid their problems are already reported; check schedules
+# against the widest limits so only the schedules' own problems are added.
+_WIDEST_LIMITS: Final = Limits(SCHEDULES_MAX, 65536, 65536, 65536, 59)
+
+
+def _schedules_rule(parsed: Any) -> ListOf:
+    limits = parsed["limits"] if isinstance(parsed["limits"], Limits) else _WIDEST_LIMITS
+    return ListOf(
+        definition_rule(limits), max_items=limits.schedules, bound_note="(limits.schedules)"
+    )
+
+
+RUNNER_RULE: Final = Obj(
+    fields={
+        "node_id": Field(NODE_ID, doc="stable unique voter id"),
+        "advertise_addr": Field(Custom(host_rule), doc="host others dial for Raft"),
+        "cluster_port": Field(Integer(1, 65535)),
+        "peers": Field(
+            ListOf(Custom(_peer), max_items=PEERS_MAX), doc="other voters, id@host:port"
+        ),
+        "data_dir": Field(DATA_DIR),
+        "admission_addr": Field(Custom(listen_addr_rule), doc="admission listener host:port"),
+        "admission_bearer_env": Field(ENV_NAME),
+        "cluster_bearer_env": Field(ENV_NAME),
+        "limits": Field(LIMITS_RULE, required=False, default=Limits()),
+        "schedules": Field(_schedules_rule, required=False, default=()),
+        "remote": Field(_remote_rule()),
+        "management": Field(_management_rule(), required=False, default=None),
+        "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
+    },
+    build=RunnerConfig,
+    checks=(CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),),
+)
+
+
+def parse_runner_config(obj: object) -> RunnerConfig:
+    """Validate a decoded runner config; raise InvalidConfig listing every problem."""
+    parsed, problems = validate(RUNNER_RULE, obj)
+    if parsed is INVALID:
+        raise InvalidConfig(problems)
+    return parsed
+
+
+def load_runner_config(path: str | Path) -> RunnerConfig:
+    """Read, decode (strictly: duplicate keys refused) and validate a runner config file."""
+    return parse_runner_config(read_json_file(path, CONFIG_FILE_BYTES_MAX))

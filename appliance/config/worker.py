@@ -1,0 +1,128 @@
+"""The worker configuration (SPEC §7): the seeds/001 fields plus listener and engine settings.
+
+Theory of operation: read from the environment variable ``MCP_SCHEDULED_WORKER_CONFIG`` (JSON
+text) or, when a path is given, from that file; decoded strictly (duplicate keys refused) and
+validated by one rule table that reports every problem with its JSON path. Admission URLs follow
+the origin rules of ``appliance.config.urls`` and must be distinct origins (fallback order
+matters, and a repeated origin would only repeat a failure). ``engine.heap_mb_max`` and
+``engine.timeout_seconds_max`` are optional ceilings: the binding's execution authority decides
+the engine limits, and the worker may only lower them (``effective_*`` below), never raise them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from appliance.config.addresses import HostPort, listen_addr_rule, loopback_addr_rule
+from appliance.config.common import (
+    DATA_DIR,
+    ENV_NAME,
+    HEAP_MB_MAX,
+    HEAP_MB_MIN,
+    IDENT,
+    TIMEOUT_SECONDS_MAX,
+    decode_json,
+    read_json_file,
+)
+from appliance.config.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
+from appliance.config.urls import Origin, origin_rule
+from appliance.core.errors import InvalidConfig
+
+WORKER_CONFIG_ENV: Final = "MCP_SCHEDULED_WORKER_CONFIG"
+WORKER_CONFIG_BYTES_MAX: Final = 1024 * 1024
+ADMISSION_URLS_MAX: Final = 16
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    max_concurrent: int = 4
+    max_queued: int = 16
+    output_limit_bytes: int = 65_536
+    heap_mb_max: int | None = None  # ceiling on the binding's heap_mb; None: no ceiling
+    timeout_seconds_max: int | None = None  # ceiling on the binding's timeout_seconds
+
+    def effective_heap_mb(self, granted_heap_mb: int) -> int:
+        """The heap limit to run with: the grant, lowered to the ceiling if one is set."""
+        return (
+            granted_heap_mb if self.heap_mb_max is None else min(granted_heap_mb, self.heap_mb_max)
+        )
+
+    def effective_timeout_seconds(self, granted_timeout_seconds: int) -> int:
+        ceiling = self.timeout_seconds_max
+        return granted_timeout_seconds if ceiling is None else min(granted_timeout_seconds, ceiling)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    namespace: str
+    worker_id: str
+    data_dir: str
+    bearer_env: str
+    admission_bearer_env: str
+    admission_urls: tuple[Origin, ...]
+    listen_addr: HostPort
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    metrics_addr: HostPort | None = None
+
+
+ENGINE_RULE: Final = Obj(
+    fields={
+        "max_concurrent": Field(Integer(1, 64), required=False, default=4),
+        "max_queued": Field(Integer(0, 1024), required=False, default=16),
+        "output_limit_bytes": Field(Integer(1024, 1_048_576), required=False, default=65_536),
+        "heap_mb_max": Field(Integer(HEAP_MB_MIN, HEAP_MB_MAX), required=False, default=None),
+        "timeout_seconds_max": Field(Integer(1, TIMEOUT_SECONDS_MAX), required=False, default=None),
+    },
+    build=EngineSettings,
+)
+
+WORKER_RULE: Final = Obj(
+    fields={
+        "namespace": Field(IDENT, doc="must equal the runner's remote.namespace"),
+        "worker_id": Field(IDENT, doc="must equal the runner's remote.worker_id"),
+        "data_dir": Field(DATA_DIR, doc="the worker's own durable store"),
+        "bearer_env": Field(ENV_NAME, doc="credential the runner presents to this worker"),
+        "admission_bearer_env": Field(ENV_NAME, doc="credential for the runners' admission route"),
+        "admission_urls": Field(
+            ListOf(
+                Custom(origin_rule),
+                min_items=1,
+                max_items=ADMISSION_URLS_MAX,
+                unique=lambda origin: origin,
+                unique_says="the same origin as",
+            ),
+            doc="runner admission origins, tried in order",
+        ),
+        "listen_addr": Field(Custom(listen_addr_rule), doc="scheduled routes listener"),
+        "engine": Field(ENGINE_RULE, required=False, default=EngineSettings()),
+        "metrics_addr": Field(Custom(loopback_addr_rule), required=False, default=None),
+    },
+    build=WorkerConfig,
+)
+
+
+def parse_worker_config(obj: object) -> WorkerConfig:
+    """Validate a decoded worker config; raise InvalidConfig listing every problem."""
+    parsed, problems = validate(WORKER_RULE, obj)
+    if parsed is INVALID:
+        raise InvalidConfig(problems)
+    return parsed
+
+
+def load_worker_config(environ: Mapping[str, str], path: str | Path | None = None) -> WorkerConfig:
+    """Load from ``path`` when given, else from ``environ[MCP_SCHEDULED_WORKER_CONFIG]``."""
+    if path is not None:
+        return parse_worker_config(read_json_file(path, WORKER_CONFIG_BYTES_MAX))
+    text = environ.get(WORKER_CONFIG_ENV)
+    if text is None or not text.strip():
+        raise InvalidConfig(
+            [(WORKER_CONFIG_ENV, "is not set; put the worker config JSON in it or pass a path")]
+        )
+    if len(text.encode("utf-8", "surrogatepass")) > WORKER_CONFIG_BYTES_MAX:
+        raise InvalidConfig(
+            [(WORKER_CONFIG_ENV, f"is larger than {WORKER_CONFIG_BYTES_MAX} bytes")]
+        )
+    return parse_worker_config(decode_json(text))
