@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from appliance.config.schema import INVALID, Problems, show
+from appliance.core.schema import INVALID, Problems, show
 
 HOSTNAME_BYTES_MAX: Final = 253
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")

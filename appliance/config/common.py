@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
-from appliance.config.schema import Text, show
 from appliance.core.errors import InvalidConfig
+from appliance.core.schema import Text, show
 
 ENV_NAME_PATTERN: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_BYTES_MAX: Final = 128

@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final
 
-from appliance.config.schema import Problems, show
+from appliance.core.schema import Problems, show
 
 _RFC3339: Final = re.compile(
     r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})(?:\.([0-9]{1,9}))?"

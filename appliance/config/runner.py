@@ -43,7 +43,11 @@ from appliance.config.common import (
     read_json_file,
 )
 from appliance.config.rfc3339 import rfc3339_rule
-from appliance.config.schema import (
+from appliance.config.urls import Origin, origin_rule
+from appliance.core.definition import Definition, definition_rule
+from appliance.core.errors import InvalidConfig
+from appliance.core.limits import LIMITS_RULE, SCHEDULES_MAX, Limits
+from appliance.core.schema import (
     INVALID,
     CrossCheck,
     Custom,
@@ -58,10 +62,6 @@ from appliance.config.schema import (
     show,
     validate,
 )
-from appliance.config.urls import Origin, origin_rule
-from appliance.core.definition import Definition, definition_rule
-from appliance.core.errors import InvalidConfig
-from appliance.core.limits import LIMITS_RULE, SCHEDULES_MAX, Limits
 
 CONFIG_FILE_BYTES_MAX: Final = 128 * 1024 * 1024  # 1,024 definitions of 64 KiB, escaped, fit
 PEERS_MAX: Final = 8  # at most 9 voters: fixed-voter Raft gains nothing from more

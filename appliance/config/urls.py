@@ -24,7 +24,7 @@ from appliance.config.addresses import (
     parse_host,
     parse_port,
 )
-from appliance.config.schema import Problems, show, utf8_length
+from appliance.core.schema import Problems, show, utf8_length
 
 URL_BYTES_MAX: Final = 2048
 DEFAULT_PORTS: Final = {"https": 443, "http": 80}

@@ -27,9 +27,9 @@ from appliance.config.common import (
     decode_json,
     read_json_file,
 )
-from appliance.config.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.errors import InvalidConfig
+from appliance.core.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
 
 WORKER_CONFIG_ENV: Final = "MCP_SCHEDULED_WORKER_CONFIG"
 WORKER_CONFIG_BYTES_MAX: Final = 1024 * 1024

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
 
-from appliance.config.schema import (
+from appliance.core.errors import InvalidDefinition, InvalidSchedule
+from appliance.core.limits import Limits
+from appliance.core.schema import (
     INVALID,
     Choice,
     CrossCheck,
@@ -33,8 +35,6 @@ from appliance.config.schema import (
     show,
     validate,
 )
-from appliance.core.errors import InvalidDefinition, InvalidSchedule
-from appliance.core.limits import Limits
 
 NAME_BYTES_MAX: Final = 128
 CODE_BYTES_MAX: Final = 64 * 1024

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from appliance.config.schema import (
+from appliance.core.errors import InvalidConfig
+from appliance.core.schema import (
     INVALID,
     CrossCheck,
     Field,
@@ -20,7 +21,6 @@ from appliance.config.schema import (
     join,
     validate,
 )
-from appliance.core.errors import InvalidConfig
 
 SCHEDULES_MAX: Final = 1024
 RECORDS_MAX: Final = 65536

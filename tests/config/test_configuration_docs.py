@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from appliance.config.runner import RUNNER_RULE
-from appliance.config.schema import field_paths
 from appliance.config.worker import WORKER_RULE
 from appliance.core.definition import definition_rule
 from appliance.core.limits import LIMITS_RULE, Limits
+from appliance.core.schema import field_paths
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text("utf-8")
 

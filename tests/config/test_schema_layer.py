@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from appliance.config.schema import (
+from appliance.core.schema import (
     INVALID,
     Choice,
     CrossCheck,
