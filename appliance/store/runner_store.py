@@ -1,0 +1,361 @@
+"""The runner (voter) store: sealed contract, Raft hard state and log, incremental checkpoint.
+
+Theory of operation. Raft requires that the hard state and the log entries a node answers for
+are durable before it answers (Raft thesis §3.8; etcd-io/raft's Ready: persist, then send).
+``persist`` therefore writes hard state, suffix truncation and appends in ONE transaction that is
+fsynced (WAL, synchronous=FULL) before it returns. The checkpoint is kept as named parts, each a
+canonical-JSON blob with its own checksum, so that persisting one applied transition writes only
+the parts it touched: the cost of ``save_transition`` follows the size of the change, not the
+size of the state (the 4 MiB cap itself is enforced by the state aggregate at apply time).
+
+Every read verifies the checksum of what it returns; a failure raises ``StoreCorrupt`` and the
+process should stop instead of acting on damaged data. One connection, one lock: every public
+method holds ``self._lock``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from appliance.store import schema
+from appliance.store.checksum import checksum, matches
+from appliance.store.errors import StoreCorrupt
+from appliance.store.opening import open_guarded
+from appliance.store.sqlite import DataDirLock, transaction
+from appliance.store.versions import (
+    BINARY_READER_VERSION,
+    KIND_RUNNER,
+    READER_VERSION_BASELINE,
+    RUNNER_FILE_NAME,
+)
+
+PART_NAME_BYTES_MAX = 256
+
+
+def _seed(conn: apsw.Connection) -> None:
+    conn.execute(
+        "INSERT INTO hard_state (id, term, voted_for, checksum) VALUES (1, 0, NULL, ?)",
+        (checksum(schema.TAG_HARD_STATE, 0, None),),
+    )
+    conn.execute(
+        "INSERT INTO checkpoint (id, applied_index, checksum) VALUES (1, 0, ?)",
+        (checksum(schema.TAG_CHECKPOINT, 0),),
+    )
+
+
+class RunnerStore:
+    """One voter's durable state in ``data_dir/runner.sqlite3`` (see module docstring)."""
+
+    def __init__(self, conn: apsw.Connection, lock: DataDirLock, path: Path, created: bool):
+        self._conn: apsw.Connection | None = conn
+        self._dir_lock = lock
+        self._lock = threading.Lock()
+        self.path = path
+        self.created = created  # True when this open created and sealed the store
+        self._term, self._voted_for = self._read_hard_state()
+        self._first, self._last = self._read_log_range()
+
+    @classmethod
+    def create_or_open(
+        cls, data_dir: str | Path, *, contract: dict, contract_digest: str
+    ) -> RunnerStore:
+        """Create and seal on first start; otherwise open only what migrations_guard accepts.
+
+        Raises ``StoreRefused`` (files unchanged) for a locked, damaged or incompatible store, and
+        ``ValueError`` when ``contract_digest`` is not the digest of ``contract``.
+        """
+        conn, lock, created = open_guarded(
+            data_dir,
+            kind=KIND_RUNNER,
+            contract=contract,
+            contract_digest=contract_digest,
+            ddl=schema.RUNNER_DDL,
+            seed=_seed,
+        )
+        try:
+            return cls(conn, lock, Path(data_dir) / RUNNER_FILE_NAME, created)
+        except BaseException:
+            conn.close()
+            lock.release()
+            raise
+
+    # ----------------------------------------------------------------- connection plumbing
+    @property
+    def _db(self) -> apsw.Connection:
+        if self._conn is None:
+            raise ValueError("the runner store is closed")
+        return self._conn
+
+    def close(self) -> None:
+        """Close the connection (SQLite checkpoints the WAL) and release ``data_dir/LOCK``."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+                self._dir_lock.release()
+
+    def __enter__(self) -> RunnerStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- Raft hard state and log
+    def _read_hard_state(self) -> tuple[int, str | None]:
+        rows = self._db.execute(
+            "SELECT term, voted_for, checksum FROM hard_state WHERE id = 1"
+        ).fetchall()
+        if len(rows) != 1 or not matches(rows[0][2], schema.TAG_HARD_STATE, rows[0][0], rows[0][1]):
+            raise StoreCorrupt(f"{self.path}: the Raft hard state fails its checksum")
+        return rows[0][0], rows[0][1]
+
+    def _read_log_range(self) -> tuple[int, int]:
+        first, last = self._db.execute("SELECT min(idx), max(idx) FROM log").fetchall()[0]
+        return (first or 0), (last or 0)
+
+    def hard_state(self) -> tuple[int, str | None]:
+        """(current_term, voted_for) as last persisted."""
+        with self._lock:
+            return self._term, self._voted_for
+
+    def first_index(self) -> int:
+        """Index of the first stored log entry; 0 when the log is empty."""
+        with self._lock:
+            return self._first
+
+    def last_index(self) -> int:
+        """Index of the last stored log entry; 0 when the log is empty."""
+        with self._lock:
+            return self._last
+
+    def term_at(self, index: int) -> int | None:
+        """Term of the entry at ``index``; ``None`` when there is no such entry."""
+        with self._lock:
+            return self._term_at_unlocked(index)
+
+    def _term_at_unlocked(self, index: int) -> int | None:
+        rows = self._db.execute(
+            "SELECT term, payload, checksum FROM log WHERE idx = ?", (index,)
+        ).fetchall()
+        if not rows:
+            return None
+        term, payload, stored = rows[0]
+        self._verify_entry(index, term, payload, stored)
+        return term
+
+    def _verify_entry(self, index: int, term: int, payload: object, stored: object) -> None:
+        if not isinstance(payload, bytes) or not matches(
+            stored, schema.TAG_LOG, index, term, payload
+        ):
+            raise StoreCorrupt(f"{self.path}: log entry {index} fails its checksum")
+
+    def entries(
+        self, lo: int, hi: int, max_bytes: int | None = None
+    ) -> list[tuple[int, int, bytes]]:
+        """(index, term, payload) for ``lo <= index < hi`` in order.
+
+        Stops before the entry that would take the total payload size over ``max_bytes``, but
+        always returns at least one entry when the range holds any (a batch must make progress).
+        """
+        result: list[tuple[int, int, bytes]] = []
+        total_bytes = 0
+        with self._lock:
+            cursor = self._db.execute(
+                "SELECT idx, term, payload, checksum FROM log WHERE idx >= ? AND idx < ? "
+                "ORDER BY idx",
+                (lo, hi),
+            )
+            for index, term, payload, stored in cursor:
+                self._verify_entry(index, term, payload, stored)
+                if max_bytes is not None and result and total_bytes + len(payload) > max_bytes:
+                    break
+                result.append((index, term, payload))
+                total_bytes += len(payload)
+        return result
+
+    def persist(
+        self,
+        *,
+        term: int,
+        voted_for: str | None,
+        truncate_from: int | None = None,
+        entries: Sequence[tuple[int, int, bytes]] = (),
+    ) -> None:
+        """Hard state, suffix truncation (index >= truncate_from) and appends: ONE durable commit.
+
+        Appended entries must be contiguous and continue the log left after truncation; their
+        terms never decrease along the log and never exceed ``term``; the persisted term never
+        decreases. A violation raises ``ValueError`` before anything is written.
+        """
+        with self._lock:
+            if term < self._term:
+                raise ValueError(f"term {term} is below the persisted term {self._term}")
+            last = self._last
+            if truncate_from is not None:
+                if truncate_from < 1:
+                    raise ValueError(f"truncate_from must be >= 1, got {truncate_from}")
+                last = min(last, truncate_from - 1)
+            expected = last + 1
+            previous_term = self._term_at_unlocked(last) if (entries and last) else 0
+            rows = []
+            for index, entry_term, payload in entries:
+                if index != expected:
+                    raise ValueError(f"entry index {index} does not continue the log at {expected}")
+                if not previous_term <= entry_term <= term:
+                    raise ValueError(
+                        f"entry {index} has term {entry_term}: log terms never decrease "
+                        f"(previous {previous_term}) and never exceed the current term {term}"
+                    )
+                previous_term = entry_term
+                if not isinstance(payload, bytes):
+                    raise TypeError(f"entry {index}: payload must be bytes")
+                rows.append(
+                    (
+                        index,
+                        entry_term,
+                        payload,
+                        checksum(schema.TAG_LOG, index, entry_term, payload),
+                    )
+                )
+                expected += 1
+            hard_changed = (term, voted_for) != (self._term, self._voted_for)
+            with transaction(self._db) as db:
+                if hard_changed:
+                    db.execute(
+                        "UPDATE hard_state SET term = ?, voted_for = ?, checksum = ? WHERE id = 1",
+                        (term, voted_for, checksum(schema.TAG_HARD_STATE, term, voted_for)),
+                    )
+                if truncate_from is not None and truncate_from <= self._last:
+                    db.execute("DELETE FROM log WHERE idx >= ?", (truncate_from,))
+                if rows:
+                    db.executemany(
+                        "INSERT INTO log (idx, term, payload, checksum) VALUES (?, ?, ?, ?)", rows
+                    )
+            self._term, self._voted_for = term, voted_for
+            if truncate_from is not None or self._first == 0:
+                self._first, self._last = self._read_log_range()
+            else:
+                self._last = expected - 1
+
+    # ----------------------------------------------------------------- checkpoint
+    def load_checkpoint(self) -> tuple[int, dict[str, bytes]]:
+        """(applied_index, {part name: canonical-JSON bytes}); every part verified."""
+        with self._lock:
+            applied = self._applied_index()
+            parts: dict[str, bytes] = {}
+            for name, data, stored in self._db.execute(
+                "SELECT name, data, checksum FROM checkpoint_part"
+            ):
+                if not isinstance(data, bytes) or not matches(stored, schema.TAG_PART, name, data):
+                    raise StoreCorrupt(f"{self.path}: checkpoint part {name!r} fails its checksum")
+                parts[name] = data
+        return applied, parts
+
+    def _applied_index(self) -> int:
+        rows = self._db.execute(
+            "SELECT applied_index, checksum FROM checkpoint WHERE id = 1"
+        ).fetchall()
+        if len(rows) != 1 or not matches(rows[0][1], schema.TAG_CHECKPOINT, rows[0][0]):
+            raise StoreCorrupt(f"{self.path}: the checkpoint applied index fails its checksum")
+        return rows[0][0]
+
+    def applied_index(self) -> int:
+        with self._lock:
+            return self._applied_index()
+
+    def save_transition(
+        self,
+        applied_index: int,
+        upserts: Mapping[str, bytes],
+        deletes: Iterable[str] = (),
+        *,
+        min_reader_version: int | None = None,
+    ) -> None:
+        """Persist one applied transition in ONE durable commit: only the parts it touched.
+
+        ``applied_index`` never decreases. A name in both ``upserts`` and ``deletes`` is refused.
+        ``min_reader_version``, when given, is recorded in the same commit (see
+        ``set_min_reader_version``).
+        """
+        deletes = list(deletes)
+        for name in (*upserts, *deletes):
+            _check_part_name(name)
+        both = set(upserts) & set(deletes)
+        if both:
+            raise ValueError(f"parts both upserted and deleted: {sorted(both)}")
+        rows = []
+        for name, data in upserts.items():
+            if not isinstance(data, bytes):
+                raise TypeError(f"checkpoint part {name!r} must be bytes")
+            rows.append((name, data, checksum(schema.TAG_PART, name, data)))
+        if min_reader_version is not None:
+            _check_reader_version(min_reader_version)
+        with self._lock:
+            current = self._applied_index()
+            if applied_index < current:
+                raise ValueError(f"applied index {applied_index} is below the stored {current}")
+            with transaction(self._db) as db:
+                db.execute(
+                    "UPDATE checkpoint SET applied_index = ?, checksum = ? WHERE id = 1",
+                    (applied_index, checksum(schema.TAG_CHECKPOINT, applied_index)),
+                )
+                if rows:
+                    db.executemany(
+                        "INSERT INTO checkpoint_part (name, data, checksum) VALUES (?, ?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET data = excluded.data, "
+                        "checksum = excluded.checksum",
+                        rows,
+                    )
+                if deletes:
+                    db.executemany(
+                        "DELETE FROM checkpoint_part WHERE name = ?", [(n,) for n in deletes]
+                    )
+                if min_reader_version is not None:
+                    schema.write_meta(db, schema.META_MIN_READER_VERSION, str(min_reader_version))
+
+    def checkpoint_summary(self) -> tuple[int, int]:
+        """(part count, total bytes of all parts), without reading the blobs."""
+        with self._lock:
+            count, total = self._db.execute(
+                "SELECT count(*), coalesce(sum(length(data)), 0) FROM checkpoint_part"
+            ).fetchall()[0]
+        return int(count), int(total)
+
+    # ----------------------------------------------------------------- reader version
+    def min_reader_version(self) -> int:
+        with self._lock:
+            meta, problems = schema.read_meta(self._db)
+        if problems or schema.META_MIN_READER_VERSION not in meta:
+            raise StoreCorrupt(f"{self.path}: metadata fails its checksum: {'; '.join(problems)}")
+        return int(meta[schema.META_MIN_READER_VERSION])
+
+    def set_min_reader_version(self, version: int) -> None:
+        """Record the lowest reader version that may open this store (durable, one commit).
+
+        Raise it to ``READER_VERSION_CANCELLING`` while the checkpoint holds an unresolved
+        Cancelling, and lower it back to ``READER_VERSION_BASELINE`` once none remain. A version
+        above what this binary reads is refused: a store must stay readable by its writer.
+        """
+        _check_reader_version(version)
+        with self._lock, transaction(self._db) as db:
+            schema.write_meta(db, schema.META_MIN_READER_VERSION, str(version))
+
+
+def _check_reader_version(version: int) -> None:
+    if not READER_VERSION_BASELINE <= version <= BINARY_READER_VERSION:
+        raise ValueError(
+            f"min reader version must be {READER_VERSION_BASELINE}..{BINARY_READER_VERSION}, "
+            f"got {version}"
+        )
+
+
+def _check_part_name(name: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"checkpoint part name must be a non-empty string, got {name!r}")
+    if len(name.encode("utf-8")) > PART_NAME_BYTES_MAX:
+        raise ValueError(f"checkpoint part name is over {PART_NAME_BYTES_MAX} bytes: {name[:40]!r}")

@@ -1,0 +1,36 @@
+"""Store kinds, schema versions and reader versions (named once, used by store and guard).
+
+*Schema version* describes the table layout; a binary opens only the schema versions it knows
+(no automatic migration). *Reader versions* describe what a binary can understand in the stored
+data: every store records the minimum reader version needed to read it, and a binary whose
+``BINARY_READER_VERSION`` is lower refuses the store. The runner raises its minimum to
+``READER_VERSION_CANCELLING`` while the checkpoint holds an unresolved ``Cancelling`` occurrence,
+because older binaries cannot read the cancellation states (seeds/001, "Operator commands and
+states"); a rollback to such a binary is then refused instead of misreading the checkpoint.
+"""
+
+from __future__ import annotations
+
+KIND_RUNNER = "runner"
+KIND_WORKER = "worker"
+
+RUNNER_FILE_NAME = "runner.sqlite3"
+WORKER_FILE_NAME = "worker.sqlite3"
+LOCK_FILE_NAME = "LOCK"
+
+STORE_FILE_NAMES = {KIND_RUNNER: RUNNER_FILE_NAME, KIND_WORKER: WORKER_FILE_NAME}
+
+# Table layouts this binary knows, per kind (SPEC §4: runner checkpoint schema is 2).
+RUNNER_SCHEMA_VERSION = 2
+WORKER_SCHEMA_VERSION = 1
+KNOWN_SCHEMA_VERSIONS = {
+    KIND_RUNNER: (RUNNER_SCHEMA_VERSION,),
+    KIND_WORKER: (WORKER_SCHEMA_VERSION,),
+}
+
+# Reader versions. 1: the baseline states (no cancellation variants). 2: also Cancelling /
+# Cancelled and the acknowledgement of an unresolved Cancelling.
+READER_VERSION_BASELINE = 1
+READER_VERSION_CANCELLING = 2
+BINARY_READER_VERSION = READER_VERSION_CANCELLING
+CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}

@@ -1,0 +1,560 @@
+"""The worker store: admissions evidence keyed by invocation, and engine execution records.
+
+Theory of operation. The worker's promise is "submitted at most once" (SPEC §1, §7). Each step of
+an exec request is made durable before the next one starts, each in ONE transaction:
+
+    reserve (binding fixed) -> record_permit (the quorum permit) -> consume (+ execution record)
+    -> update_execution ... (engine progress) ; fence (cancel) may come at any point.
+
+``consume`` is the single point of no return: it refuses a second consume, a fenced invocation,
+and a permit recorded by an earlier incarnation (the runner's permit names the incarnation that
+asked, SPEC §6). Records are never deleted on restart, so a restart can never turn a consumed
+reservation into permission to replay. A new incarnation id is recorded at every open (previous
+ones kept); executions that were unfinished when an earlier incarnation died are listed by
+``unfinished_from_previous_incarnations`` so that the worker can report them as lost.
+
+Time is injected: every method that records an instant takes ``now_ms`` (Unix milliseconds).
+Every read verifies the row checksum (``StoreCorrupt`` on failure). One connection, one lock.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from appliance.core.canonical import canonical_digest, canonical_json
+from appliance.store import schema
+from appliance.store.checksum import checksum, matches
+from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
+from appliance.store.opening import open_guarded
+from appliance.store.sqlite import DataDirLock, transaction
+from appliance.store.versions import KIND_WORKER, WORKER_FILE_NAME
+
+EXECUTION_OUTPUT_BYTES_MAX = 256 * 1024
+EXECUTION_STATUSES = (
+    "submitted",
+    "running",
+    "completed",
+    "failed",
+    "timed_out",
+    "cancelled",
+    "lost",
+)
+TERMINAL_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The deduplication key of an attempt (SPEC §6): never a leader epoch or incarnation."""
+
+    namespace: str
+    schedule_id: int
+    occurrence_id: int
+    attempt: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.namespace, str) or not self.namespace:
+            raise ValueError(f"invocation namespace must be a non-empty string: {self.namespace!r}")
+        for name in ("schedule_id", "occurrence_id", "attempt"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"invocation {name} must be a non-negative integer: {value!r}")
+
+    def key(self) -> tuple[str, int, int, int]:
+        return (self.namespace, self.schedule_id, self.occurrence_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class InvocationRecord:
+    """Everything durable about one invocation. ``binding`` is ``None`` for a fence that arrived
+    before any reservation. ``consumed`` is ``{"execution_id", "at_ms", "incarnation_id"}``;
+    ``fence`` is ``{"reason", "at_ms", "before_consume", "incarnation_id"}``."""
+
+    invocation: Invocation
+    binding: dict[str, Any] | None
+    reserved_at_ms: int | None
+    reserved_by: str | None
+    permit: dict[str, Any] | None
+    permit_at_ms: int | None
+    permit_incarnation_id: str | None
+    consumed: dict[str, Any] | None
+    fence: dict[str, Any] | None
+    receipt: dict[str, Any] | None
+    receipt_at_ms: int | None
+
+    def body(self) -> dict[str, Any]:
+        return {
+            "binding": self.binding,
+            "reserved_at_ms": self.reserved_at_ms,
+            "reserved_by": self.reserved_by,
+            "permit": self.permit,
+            "permit_at_ms": self.permit_at_ms,
+            "permit_incarnation_id": self.permit_incarnation_id,
+            "consumed": self.consumed,
+            "fence": self.fence,
+            "receipt": self.receipt,
+            "receipt_at_ms": self.receipt_at_ms,
+        }
+
+
+@dataclass(frozen=True)
+class Reserved:
+    record: InvocationRecord
+    created: bool  # False: the invocation was already reserved (or fenced) before this call
+
+
+@dataclass(frozen=True)
+class ExecutionRecord:
+    execution_id: str
+    invocation: Invocation
+    incarnation_id: str
+    status: str
+    created_at_ms: int
+    updated_at_ms: int
+    finished_at_ms: int | None
+    output: bytes
+    result: Any
+    error: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+def _empty_record(invocation: Invocation) -> InvocationRecord:
+    return InvocationRecord(invocation, None, None, None, None, None, None, None, None, None, None)
+
+
+class WorkerStore:
+    """The worker's durable admissions store in ``data_dir/worker.sqlite3``."""
+
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        lock: DataDirLock,
+        path: Path,
+        namespace: str,
+        incarnation_id: str,
+        created: bool,
+    ):
+        self._conn: apsw.Connection | None = conn
+        self._dir_lock = lock
+        self._lock = threading.Lock()
+        self.path = path
+        self.namespace = namespace
+        self.incarnation_id = incarnation_id
+        self.created = created
+
+    @classmethod
+    def create_or_open(
+        cls,
+        data_dir: str | Path,
+        *,
+        namespace: str,
+        worker_id: str,
+        now_ms: int,
+        incarnation_id: str | None = None,
+    ) -> WorkerStore:
+        """Open (or create and seal) the store and record a new incarnation.
+
+        The sealed contract is ``{"namespace", "worker_id"}``: a data_dir cannot be reused by
+        another worker identity. ``incarnation_id`` defaults to a fresh random UUID; a value
+        already recorded is refused (an incarnation is new at every start).
+        """
+        contract = {"namespace": namespace, "worker_id": worker_id}
+        conn, lock, created = open_guarded(
+            data_dir,
+            kind=KIND_WORKER,
+            contract=contract,
+            contract_digest=canonical_digest(contract),
+            ddl=schema.WORKER_DDL,
+            seed=lambda _conn: None,
+        )
+        incarnation = incarnation_id or uuid.uuid4().hex
+        try:
+            with transaction(conn):
+                seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM incarnation").fetchall()
+                seq_value = seq[0][0]
+                if conn.execute(
+                    "SELECT 1 FROM incarnation WHERE incarnation_id = ?", (incarnation,)
+                ).fetchall():
+                    raise ValueError(f"incarnation id {incarnation!r} was already used")
+                conn.execute(
+                    "INSERT INTO incarnation (seq, incarnation_id, opened_at_ms, checksum) "
+                    "VALUES (?, ?, ?, ?)",
+                    (
+                        seq_value,
+                        incarnation,
+                        now_ms,
+                        checksum(schema.TAG_INCARNATION, seq_value, incarnation, now_ms),
+                    ),
+                )
+            return cls(
+                conn, lock, Path(data_dir) / WORKER_FILE_NAME, namespace, incarnation, created
+            )
+        except BaseException:
+            conn.close()
+            lock.release()
+            raise
+
+    @property
+    def _db(self) -> apsw.Connection:
+        if self._conn is None:
+            raise ValueError("the worker store is closed")
+        return self._conn
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+                self._dir_lock.release()
+
+    def __enter__(self) -> WorkerStore:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- incarnations
+    def incarnations(self) -> list[tuple[str, int]]:
+        """Every (incarnation_id, opened_at_ms), oldest first; the last one is this process."""
+        result = []
+        with self._lock:
+            for seq, incarnation_id, opened_at_ms, stored in self._db.execute(
+                "SELECT seq, incarnation_id, opened_at_ms, checksum FROM incarnation ORDER BY seq"
+            ):
+                if not matches(stored, schema.TAG_INCARNATION, seq, incarnation_id, opened_at_ms):
+                    raise StoreCorrupt(f"{self.path}: incarnation record {seq} fails its checksum")
+                result.append((incarnation_id, opened_at_ms))
+        return result
+
+    # ----------------------------------------------------------------- invocation records
+    def _check_namespace(self, invocation: Invocation) -> None:
+        if invocation.namespace != self.namespace:
+            raise WorkerRecordRefused(
+                "namespace_mismatch",
+                f"invocation namespace {invocation.namespace!r} is not this worker's "
+                f"{self.namespace!r}",
+            )
+
+    def _load(self, invocation: Invocation) -> InvocationRecord | None:
+        rows = self._db.execute(
+            "SELECT record, checksum FROM invocation WHERE namespace = ? AND schedule_id = ? "
+            "AND occurrence_id = ? AND attempt = ?",
+            invocation.key(),
+        ).fetchall()
+        if not rows:
+            return None
+        record, stored = rows[0]
+        if not isinstance(record, bytes) or not matches(
+            stored, schema.TAG_INVOCATION, *invocation.key(), record
+        ):
+            raise StoreCorrupt(
+                f"{self.path}: invocation record {invocation.key()} fails its checksum"
+            )
+        return InvocationRecord(invocation=invocation, **json.loads(record))
+
+    def _save(self, record: InvocationRecord) -> None:
+        body = canonical_json(record.body())
+        key = record.invocation.key()
+        self._db.execute(
+            "INSERT INTO invocation (namespace, schedule_id, occurrence_id, attempt, record, "
+            "checksum) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, schedule_id, "
+            "occurrence_id, attempt) DO UPDATE SET record = excluded.record, "
+            "checksum = excluded.checksum",
+            (*key, body, checksum(schema.TAG_INVOCATION, *key, body)),
+        )
+
+    def get(self, invocation: Invocation) -> InvocationRecord | None:
+        """The durable record of ``invocation``, ``None`` if nothing was ever recorded for it."""
+        with self._lock:
+            return self._load(invocation)
+
+    def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
+        """Reserve ``invocation`` with its ``binding`` (first call), or return what exists.
+
+        A repeated reservation with the same binding returns the existing record (which may be
+        permitted, consumed or fenced: the caller must look). A different binding for the same
+        invocation is refused (``binding_mismatch``). A fence that arrived first leaves a record
+        without binding: the binding is filled in, and the record stays fenced.
+        """
+        self._check_namespace(invocation)
+        canonical_binding = json.loads(canonical_json(binding))
+        with self._lock, transaction(self._db):
+            existing = self._load(invocation)
+            if existing is not None and existing.binding is not None:
+                if existing.binding != canonical_binding:
+                    raise WorkerRecordRefused(
+                        "binding_mismatch",
+                        f"invocation {invocation.key()} is reserved with a different binding",
+                    )
+                return Reserved(existing, created=False)
+            base = existing or _empty_record(invocation)
+            record = _replace(
+                base,
+                binding=canonical_binding,
+                reserved_at_ms=now_ms,
+                reserved_by=self.incarnation_id,
+            )
+            self._save(record)
+            return Reserved(record, created=existing is None)
+
+    def record_permit(
+        self, invocation: Invocation, permit: dict[str, Any], *, now_ms: int
+    ) -> InvocationRecord:
+        """Record the quorum permit for a reserved invocation (idempotent for the same permit).
+
+        Refused: ``not_reserved``; ``permit_mismatch`` when a different permit is recorded.
+        """
+        self._check_namespace(invocation)
+        canonical_permit = json.loads(canonical_json(permit))
+        with self._lock, transaction(self._db):
+            record = self._require_reserved(invocation)
+            if record.permit is not None:
+                if record.permit != canonical_permit:
+                    raise WorkerRecordRefused(
+                        "permit_mismatch",
+                        f"invocation {invocation.key()} already holds a different permit",
+                    )
+                return record
+            record = _replace(
+                record,
+                permit=canonical_permit,
+                permit_at_ms=now_ms,
+                permit_incarnation_id=self.incarnation_id,
+            )
+            self._save(record)
+            return record
+
+    def _require_reserved(self, invocation: Invocation) -> InvocationRecord:
+        record = self._load(invocation)
+        if record is None or record.binding is None:
+            raise WorkerRecordRefused(
+                "not_reserved", f"invocation {invocation.key()} is not reserved"
+            )
+        return record
+
+    def consume(self, invocation: Invocation, *, execution_id: str, now_ms: int) -> ExecutionRecord:
+        """Consume the permit and create the execution record (status ``submitted``), atomically.
+
+        This is the point of no return before submission. Refused: ``not_reserved``,
+        ``no_permit``, ``stale_permit`` (recorded by an earlier incarnation), ``fenced``,
+        ``already_consumed`` (a second consume, also across restarts).
+        """
+        self._check_namespace(invocation)
+        with self._lock, transaction(self._db):
+            record = self._require_reserved(invocation)
+            if record.consumed is not None:
+                raise WorkerRecordRefused(
+                    "already_consumed",
+                    f"invocation {invocation.key()} was already consumed by execution "
+                    f"{record.consumed['execution_id']}",
+                )
+            if record.fence is not None:
+                raise WorkerRecordRefused("fenced", f"invocation {invocation.key()} is fenced")
+            if record.permit is None:
+                raise WorkerRecordRefused(
+                    "no_permit", f"invocation {invocation.key()} has no permit"
+                )
+            if record.permit_incarnation_id != self.incarnation_id:
+                raise WorkerRecordRefused(
+                    "stale_permit",
+                    f"invocation {invocation.key()}: the permit was obtained by incarnation "
+                    f"{record.permit_incarnation_id}, not by this one",
+                )
+            if self._load_execution(execution_id) is not None:
+                raise ValueError(f"execution id {execution_id!r} is already used")
+            consumed = {
+                "execution_id": execution_id,
+                "at_ms": now_ms,
+                "incarnation_id": self.incarnation_id,
+            }
+            self._save(_replace(record, consumed=consumed))
+            execution = ExecutionRecord(
+                execution_id=execution_id,
+                invocation=invocation,
+                incarnation_id=self.incarnation_id,
+                status="submitted",
+                created_at_ms=now_ms,
+                updated_at_ms=now_ms,
+                finished_at_ms=None,
+                output=b"",
+                result=None,
+                error=None,
+            )
+            self._save_execution(execution)
+            return execution
+
+    def fence(self, invocation: Invocation, *, reason: str, now_ms: int) -> InvocationRecord:
+        """Record a cancellation fence; ``record.fence["before_consume"]`` says if it won.
+
+        Idempotent: a second fence returns the first one unchanged. A fence before any
+        reservation creates a record, so a later reserve finds it fenced and consume refuses.
+        """
+        self._check_namespace(invocation)
+        with self._lock, transaction(self._db):
+            record = self._load(invocation) or _empty_record(invocation)
+            if record.fence is not None:
+                return record
+            fence = {
+                "reason": reason,
+                "at_ms": now_ms,
+                "before_consume": record.consumed is None,
+                "incarnation_id": self.incarnation_id,
+            }
+            record = _replace(record, fence=fence)
+            self._save(record)
+            return record
+
+    def record_receipt(
+        self, invocation: Invocation, receipt: dict[str, Any], *, now_ms: int
+    ) -> InvocationRecord:
+        """Record the receipt for a consumed invocation (idempotent for the same receipt).
+
+        Refused: ``not_reserved``, ``not_consumed``, ``receipt_mismatch``.
+        """
+        self._check_namespace(invocation)
+        canonical_receipt = json.loads(canonical_json(receipt))
+        with self._lock, transaction(self._db):
+            record = self._require_reserved(invocation)
+            if record.consumed is None:
+                raise WorkerRecordRefused(
+                    "not_consumed", f"invocation {invocation.key()} was never consumed"
+                )
+            if record.receipt is not None:
+                if record.receipt != canonical_receipt:
+                    raise WorkerRecordRefused(
+                        "receipt_mismatch",
+                        f"invocation {invocation.key()} already holds a different receipt",
+                    )
+                return record
+            record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
+            self._save(record)
+            return record
+
+    # ----------------------------------------------------------------- execution records
+    def _load_execution(self, execution_id: str) -> ExecutionRecord | None:
+        rows = self._db.execute(
+            "SELECT execution_id, namespace, schedule_id, occurrence_id, attempt, incarnation_id, "
+            "status, record, output, checksum FROM execution WHERE execution_id = ?",
+            (execution_id,),
+        ).fetchall()
+        return _execution_from_row(self.path, rows[0]) if rows else None
+
+    def _save_execution(self, execution: ExecutionRecord) -> None:
+        body = canonical_json(
+            {
+                "created_at_ms": execution.created_at_ms,
+                "updated_at_ms": execution.updated_at_ms,
+                "finished_at_ms": execution.finished_at_ms,
+                "result": execution.result,
+                "error": execution.error,
+            }
+        )
+        columns = (
+            execution.execution_id,
+            *execution.invocation.key(),
+            execution.incarnation_id,
+            execution.status,
+            body,
+            execution.output,
+        )
+        self._db.execute(
+            "INSERT INTO execution (execution_id, namespace, schedule_id, occurrence_id, attempt, "
+            "incarnation_id, status, record, output, checksum) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (execution_id) DO UPDATE SET status = excluded.status, "
+            "record = excluded.record, output = excluded.output, checksum = excluded.checksum",
+            (*columns, checksum(schema.TAG_EXECUTION, *columns)),
+        )
+
+    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        with self._lock:
+            return self._load_execution(execution_id)
+
+    def update_execution(
+        self,
+        execution_id: str,
+        *,
+        status: str,
+        now_ms: int,
+        output: bytes | None = None,
+        result: Any = None,
+        error: str | None = None,
+    ) -> ExecutionRecord:
+        """Record engine progress. A finished execution never changes again
+        (``execution_finished``); ``output`` (whole captured output so far) is at most
+        ``EXECUTION_OUTPUT_BYTES_MAX`` bytes, else ``ValueError``."""
+        if status not in EXECUTION_STATUSES or status == "submitted":
+            raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
+        if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
+            raise ValueError(
+                f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
+            )
+        canonical_json(result)  # refuse a result that is not JSON before anything is written
+        with self._lock, transaction(self._db):
+            current = self._load_execution(execution_id)
+            if current is None:
+                raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
+            if current.finished:
+                raise WorkerRecordRefused(
+                    "execution_finished",
+                    f"execution {execution_id} already finished as {current.status}",
+                )
+            updated = ExecutionRecord(
+                execution_id=execution_id,
+                invocation=current.invocation,
+                incarnation_id=current.incarnation_id,
+                status=status,
+                created_at_ms=current.created_at_ms,
+                updated_at_ms=now_ms,
+                finished_at_ms=now_ms if status in TERMINAL_STATUSES else None,
+                output=current.output if output is None else bytes(output),
+                result=result,
+                error=error,
+            )
+            self._save_execution(updated)
+            return updated
+
+    def unfinished_from_previous_incarnations(self) -> list[ExecutionRecord]:
+        """Executions not finished whose incarnation is not this one: they were running when an
+        earlier incarnation died (the worker should record them as ``lost``)."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT execution_id, namespace, schedule_id, occurrence_id, attempt, "
+                "incarnation_id, status, record, output, checksum FROM execution "
+                "WHERE status IN ('submitted', 'running') AND incarnation_id != ? "
+                "ORDER BY execution_id",
+                (self.incarnation_id,),
+            ).fetchall()
+            return [_execution_from_row(self.path, row) for row in rows]
+
+
+def _replace(record: InvocationRecord, **changes: Any) -> InvocationRecord:
+    values = {"invocation": record.invocation, **record.body(), **changes}
+    return InvocationRecord(**values)
+
+
+def _execution_from_row(path: Path, row: tuple) -> ExecutionRecord:
+    if not matches(row[9], schema.TAG_EXECUTION, *row[:9]):
+        raise StoreCorrupt(f"{path}: execution record {row[0]!r} fails its checksum")
+    body = json.loads(row[7])
+    return ExecutionRecord(
+        execution_id=row[0],
+        invocation=Invocation(row[1], row[2], row[3], row[4]),
+        incarnation_id=row[5],
+        status=row[6],
+        created_at_ms=body["created_at_ms"],
+        updated_at_ms=body["updated_at_ms"],
+        finished_at_ms=body["finished_at_ms"],
+        output=row[8],
+        result=body["result"],
+        error=body["error"],
+    )

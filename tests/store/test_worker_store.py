@@ -1,0 +1,236 @@
+"""WorkerStore: reserve -> permit -> consume (at most once, across restarts), fences, receipts,
+execution records and incarnations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
+from appliance.store.versions import WORKER_FILE_NAME
+from appliance.store.worker_store import EXECUTION_OUTPUT_BYTES_MAX, Invocation, WorkerStore
+from tests.store.helpers import flip_first_byte, open_worker, raw_execute, raw_query
+
+INV = Invocation("ns", 3, 17, 1)
+BINDING = {"owner": "n1", "epoch": 2, "payload_digest": "ab" * 32, "heap_mb": 64}
+PERMIT = {"permit_id": "p-1", "incarnation": "i"}
+
+
+@contextmanager
+def refused_with(reason: str) -> Iterator[None]:
+    """Expect a ``WorkerRecordRefused`` carrying exactly ``reason``."""
+    with pytest.raises(WorkerRecordRefused) as caught:
+        yield
+    assert caught.value.reason == reason, str(caught.value)
+
+
+def admitted(store: WorkerStore, invocation: Invocation = INV) -> None:
+    store.reserve(invocation, BINDING, now_ms=10)
+    store.record_permit(invocation, PERMIT, now_ms=11)
+
+
+def test_a_reservation_is_created_once_and_returned_after(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        first = store.reserve(INV, BINDING, now_ms=10)
+        again = store.reserve(INV, dict(reversed(list(BINDING.items()))), now_ms=20)
+        assert first.created and not again.created
+        assert again.record == first.record
+        assert again.record.reserved_at_ms == 10
+        assert again.record.reserved_by == store.incarnation_id
+
+
+def test_a_different_binding_for_a_reserved_invocation_is_refused(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        store.reserve(INV, BINDING, now_ms=10)
+        with refused_with("binding_mismatch"):
+            store.reserve(INV, {**BINDING, "heap_mb": 128}, now_ms=11)
+        assert store.get(INV).binding == BINDING
+
+
+def test_an_invocation_of_another_namespace_is_refused(data_dir: Path) -> None:
+    with open_worker(data_dir) as store, refused_with("namespace_mismatch"):
+        store.reserve(Invocation("other", 3, 17, 1), BINDING, now_ms=10)
+
+
+def test_a_permit_needs_a_reservation_and_is_idempotent(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        with refused_with("not_reserved"):
+            store.record_permit(INV, PERMIT, now_ms=11)
+        store.reserve(INV, BINDING, now_ms=10)
+        first = store.record_permit(INV, PERMIT, now_ms=11)
+        assert store.record_permit(INV, PERMIT, now_ms=12) == first
+        with refused_with("permit_mismatch"):
+            store.record_permit(INV, {"permit_id": "p-2"}, now_ms=13)
+
+
+def test_consume_needs_a_permit_and_creates_the_execution_record(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        store.reserve(INV, BINDING, now_ms=10)
+        with refused_with("no_permit"):
+            store.consume(INV, execution_id="e1", now_ms=12)
+        store.record_permit(INV, PERMIT, now_ms=11)
+        execution = store.consume(INV, execution_id="e1", now_ms=12)
+        assert (execution.status, execution.invocation, execution.created_at_ms) == (
+            "submitted",
+            INV,
+            12,
+        )
+        assert store.get(INV).consumed == {
+            "execution_id": "e1",
+            "at_ms": 12,
+            "incarnation_id": store.incarnation_id,
+        }
+        assert store.get_execution("e1") == execution
+
+
+def test_a_second_consume_is_refused_also_after_a_restart(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        with refused_with("already_consumed"):
+            store.consume(INV, execution_id="e2", now_ms=13)
+    with open_worker(data_dir, now_ms=2_000) as restarted:
+        with refused_with("already_consumed"):
+            restarted.consume(INV, execution_id="e3", now_ms=14)
+        assert restarted.reserve(INV, BINDING, now_ms=15).record.consumed is not None
+        assert restarted.get_execution("e2") is None
+
+
+def test_a_permit_from_an_earlier_incarnation_cannot_be_consumed(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+    with open_worker(data_dir, now_ms=2_000) as restarted, refused_with("stale_permit"):
+        restarted.consume(INV, execution_id="e1", now_ms=12)
+
+
+def test_a_fence_before_consume_wins_and_blocks_consume(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        record = store.fence(INV, reason="cancel", now_ms=12)
+        assert record.fence is not None and record.fence["before_consume"] is True
+        with refused_with("fenced"):
+            store.consume(INV, execution_id="e1", now_ms=13)
+        assert store.get(INV).consumed is None
+
+
+def test_a_fence_after_consume_records_that_it_came_too_late(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        record = store.fence(INV, reason="cancel", now_ms=13)
+        assert record.fence["before_consume"] is False
+        assert store.fence(INV, reason="again", now_ms=14).fence == record.fence  # idempotent
+
+
+def test_a_fence_before_any_reservation_blocks_the_later_exec(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        fenced = store.fence(INV, reason="cancel", now_ms=5)
+        assert fenced.binding is None and fenced.fence["before_consume"] is True
+        reserved = store.reserve(INV, BINDING, now_ms=10)
+        assert not reserved.created
+        assert reserved.record.fence == fenced.fence
+        store.record_permit(INV, PERMIT, now_ms=11)
+        with refused_with("fenced"):
+            store.consume(INV, execution_id="e1", now_ms=12)
+
+
+def test_a_receipt_needs_a_consumed_invocation_and_is_idempotent(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        with refused_with("not_consumed"):
+            store.record_receipt(INV, {"outcome": "completed"}, now_ms=12)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        first = store.record_receipt(INV, {"outcome": "completed"}, now_ms=13)
+        assert first.receipt == {"outcome": "completed"} and first.receipt_at_ms == 13
+        assert store.record_receipt(INV, {"outcome": "completed"}, now_ms=14) == first
+        with refused_with("receipt_mismatch"):
+            store.record_receipt(INV, {"outcome": "failed"}, now_ms=15)
+
+
+def test_a_finished_execution_never_changes_again(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        running = store.update_execution("e1", status="running", now_ms=13, output=b"hi\n")
+        assert running.finished_at_ms is None and running.output == b"hi\n"
+        done = store.update_execution("e1", status="completed", now_ms=14, result={"n": 1})
+        assert (done.finished_at_ms, done.output, done.result) == (14, b"hi\n", {"n": 1})
+        with refused_with("execution_finished"):
+            store.update_execution("e1", status="failed", now_ms=15, error="late")
+        with refused_with("unknown_execution"):
+            store.update_execution("nope", status="running", now_ms=15)
+        with pytest.raises(ValueError, match="status"):
+            store.update_execution("e1", status="submitted", now_ms=15)
+
+
+def test_execution_output_is_bounded_exactly_at_the_limit(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        at_limit = b"x" * EXECUTION_OUTPUT_BYTES_MAX
+        assert store.update_execution("e1", status="running", now_ms=13, output=at_limit).output
+        with pytest.raises(ValueError, match="over"):
+            store.update_execution("e1", status="running", now_ms=14, output=at_limit + b"x")
+        assert store.get_execution("e1").updated_at_ms == 13
+
+
+def test_every_open_records_a_new_incarnation_and_keeps_the_old_ones(data_dir: Path) -> None:
+    ids = []
+    for now_ms in (100, 200, 300):
+        with open_worker(data_dir, now_ms=now_ms) as store:
+            ids.append(store.incarnation_id)
+            assert store.incarnations()[-1] == (store.incarnation_id, now_ms)
+    assert len(set(ids)) == 3
+    with open_worker(data_dir, now_ms=400) as store:
+        assert [i for i, _ in store.incarnations()][:3] == ids
+
+
+def test_a_reused_incarnation_id_is_refused_and_the_store_stays_usable(data_dir: Path) -> None:
+    WorkerStore.create_or_open(
+        data_dir, namespace="ns", worker_id="w1", now_ms=1, incarnation_id="fixed"
+    ).close()
+    with pytest.raises(ValueError, match="already used"):
+        WorkerStore.create_or_open(
+            data_dir, namespace="ns", worker_id="w1", now_ms=2, incarnation_id="fixed"
+        )
+    with open_worker(data_dir) as store:
+        assert len(store.incarnations()) == 2
+
+
+def test_executions_left_running_by_a_dead_incarnation_are_listed(data_dir: Path) -> None:
+    other = Invocation("ns", 3, 18, 1)
+    with open_worker(data_dir) as store:
+        admitted(store)
+        admitted(store, other)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        store.consume(other, execution_id="e2", now_ms=12)
+        store.update_execution("e2", status="completed", now_ms=13)
+        assert store.unfinished_from_previous_incarnations() == []
+    with open_worker(data_dir, now_ms=2_000) as restarted:
+        orphans = restarted.unfinished_from_previous_incarnations()
+        assert [e.execution_id for e in orphans] == ["e1"]
+        restarted.update_execution("e1", status="lost", now_ms=2_001, error="worker restarted")
+        assert restarted.unfinished_from_previous_incarnations() == []
+
+
+def test_a_damaged_record_found_while_open_raises_store_corrupt(data_dir: Path) -> None:
+    with open_worker(data_dir) as store:
+        admitted(store)
+        path = data_dir / WORKER_FILE_NAME
+        record = raw_query(path, "SELECT record FROM invocation")[0][0]
+        raw_execute(path, "UPDATE invocation SET record = ?", (flip_first_byte(record),))
+        with pytest.raises(StoreCorrupt, match="invocation record"):
+            store.get(INV)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [("", 1, 1, 1), ("ns", -1, 1, 1), ("ns", 1, "1", 1), ("ns", 1, 1, True), ("ns", 1, 1, 1.0)],
+)
+def test_an_invocation_key_is_a_namespace_and_three_non_negative_integers(fields: tuple) -> None:
+    with pytest.raises(ValueError, match="invocation"):
+        Invocation(*fields)
+    assert Invocation("ns", 0, 0, 0).key() == ("ns", 0, 0, 0)
