@@ -1,10 +1,16 @@
-"""``appliance worker``: the dedicated worker and its engine."""
+"""``appliance worker [--config PATH]``: the dedicated worker and its engine (docs/worker.md)."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 
-from appliance.cli.not_yet import not_available
+
+def run(args: argparse.Namespace) -> int:
+    from appliance.worker.runtime import run_worker  # keep `appliance --help` light
+
+    return run_worker(os.environ, args.config, sys.stdout)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -14,4 +20,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="worker config file (default: JSON from MCP_SCHEDULED_WORKER_CONFIG)",
     )
-    worker.set_defaults(func=not_available("the worker role"))
+    worker.set_defaults(func=run)

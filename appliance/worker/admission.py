@@ -1,0 +1,191 @@
+"""Asking the runners' admission route for a permit (SPEC §6, §7; docs/protocol.md).
+
+Theory of operation: the admission URLs are tried in the configured order, each over a FRESH
+connection (so a connection-establishment failure is definite: nothing was sent). Only two
+outcomes move on to the next URL, because only they prove that this voter granted nothing:
+
+- HTTP 409 (this voter is not the acquired owner), and
+- ``ConnectFailed`` (the request never left).
+
+Everything else stops the attempt and says why: 200 with a well-formed permit naming this
+incarnation is a grant; 403 is a definite refusal; an ``AmbiguousSend`` (the request may have
+been received and committed), any other status, or a 200 whose body is not a permit for this
+incarnation is *uncertain*. When every URL answered 409 or could not be reached the attempt is
+*unavailable*: no voter granted a permit to this request. The client never retries by itself and
+neither does this module: one pass over the list, at most one request per URL.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from appliance.config.credentials import Secret
+from appliance.config.urls import Origin
+from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient, Response
+from appliance.worker.wire import PROTOCOL_VERSION, Binding
+
+log = logging.getLogger("appliance.worker.admission")
+
+ADMIT_PATH: Final = "/scheduler/v1/admit"
+PERMIT_RESPONSE_BYTES_MAX: Final = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One URL tried: what happened there (for the record and the logs)."""
+
+    url: str
+    outcome: str  # "granted", "409", "connect_failed", "403", "ambiguous", "status_<n>", ...
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """``kind``: granted | refused (403) | uncertain (stop, a permit may exist) | unavailable."""
+
+    kind: str
+    permit: dict[str, Any] | None
+    reason: str
+    attempts: tuple[Attempt, ...] = field(default_factory=tuple)
+
+    def summary(self) -> str:
+        tried = ", ".join(f"{a.url} -> {a.outcome}" for a in self.attempts)
+        return f"{self.kind}: {self.reason} [{tried}]"
+
+
+class AdmissionClient:
+    """Requests permits for one worker incarnation from an ordered list of admission origins."""
+
+    def __init__(
+        self,
+        urls: tuple[Origin, ...],
+        bearer: Secret,
+        incarnation_id: str,
+        client: HttpClient,
+        *,
+        connect_timeout_ms: int = 2_000,
+        read_timeout_ms: int = 15_000,
+    ) -> None:
+        if not urls:
+            raise ValueError("at least one admission URL is required")
+        self._urls = urls
+        self._bearer = bearer
+        self._incarnation_id = incarnation_id
+        self._client = client
+        self._connect_timeout_ms = connect_timeout_ms
+        self._read_timeout_ms = read_timeout_ms
+
+    def request_permit(self, binding: Binding) -> AdmissionResult:
+        body = json.dumps(
+            {
+                "protocol": PROTOCOL_VERSION,
+                "binding": binding.document,
+                "incarnation": self._incarnation_id,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8")
+        attempts: list[Attempt] = []
+        for origin in self._urls:
+            url = origin.url + ADMIT_PATH
+            try:
+                response = self._client.post(
+                    url,
+                    body,
+                    headers={"Content-Type": "application/json"},
+                    bearer=self._bearer,
+                    fresh_connection=True,
+                    connect_timeout_ms=self._connect_timeout_ms,
+                    read_timeout_ms=self._read_timeout_ms,
+                    response_bytes_max=PERMIT_RESPONSE_BYTES_MAX,
+                )
+            except ConnectFailed as exc:
+                attempts.append(Attempt(origin.url, "connect_failed", exc.reason))
+                continue  # definite: nothing was sent, the next voter may be the owner
+            except AmbiguousSend as exc:
+                attempts.append(Attempt(origin.url, "ambiguous", exc.reason))
+                return AdmissionResult(
+                    "uncertain",
+                    None,
+                    f"ambiguous send to {origin.url}: {exc.reason}",
+                    tuple(attempts),
+                )
+            if response.status == 409:
+                attempts.append(Attempt(origin.url, "409", _error_code(response)))
+                continue
+            return self._judge(origin, binding, response, attempts)
+        return AdmissionResult(
+            "unavailable",
+            None,
+            "no admission URL granted a permit (every one answered 409 or was unreachable)",
+            tuple(attempts),
+        )
+
+    def _judge(
+        self, origin: Origin, binding: Binding, response: Response, attempts: list[Attempt]
+    ) -> AdmissionResult:
+        if response.status == 200:
+            permit, problem = self._permit_of(response, invocation_document(binding))
+            if permit is not None:
+                attempts.append(Attempt(origin.url, "granted"))
+                return AdmissionResult("granted", permit, "permit granted", tuple(attempts))
+            attempts.append(Attempt(origin.url, "bad_permit", problem))
+            return AdmissionResult(
+                "uncertain",
+                None,
+                f"{origin.url} answered 200 without a usable permit: {problem}",
+                tuple(attempts),
+            )
+        code = _error_code(response)
+        if response.status == 403:
+            attempts.append(Attempt(origin.url, "403", code))
+            return AdmissionResult(
+                "refused", None, f"{origin.url} refused admission ({code})", tuple(attempts)
+            )
+        attempts.append(Attempt(origin.url, f"status_{response.status}", code))
+        return AdmissionResult(
+            "uncertain",
+            None,
+            f"{origin.url} answered HTTP {response.status} ({code}); the outcome is not known",
+            tuple(attempts),
+        )
+
+    def _permit_of(
+        self, response: Response, expected_invocation: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, str]:
+        try:
+            document = response.json()
+        except (UnicodeDecodeError, ValueError):
+            return None, "the body is not JSON"
+        if not isinstance(document, dict) or document.get("protocol") != PROTOCOL_VERSION:
+            return None, f"the body is not a protocol {PROTOCOL_VERSION} document"
+        permit = document.get("permit")
+        if not isinstance(permit, dict):
+            return None, "the body has no permit object"
+        if permit.get("incarnation") != self._incarnation_id:
+            return None, "the permit names another worker incarnation"
+        if permit.get("invocation") != expected_invocation:
+            return None, "the permit names another invocation"
+        return permit, ""
+
+
+def _error_code(response: Response) -> str:
+    try:
+        document = response.json()
+        code = document["error"]["code"]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return "no error code"
+    return str(code)[:64]
+
+
+def invocation_document(binding: Binding) -> dict[str, Any]:
+    """The invocation as the wire protocol writes it (a permit repeats it)."""
+    return {
+        "namespace": binding.namespace,
+        "schedule_id": binding.schedule_id,
+        "occurrence_id": binding.occurrence_id,
+        "attempt": binding.attempt,
+    }

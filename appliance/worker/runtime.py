@@ -1,0 +1,202 @@
+"""Running the worker process: start-up order, the listener, and shutdown.
+
+Theory of operation, start-up in this order (each step fails closed with a clear message):
+
+1. config (``--config PATH`` or ``MCP_SCHEDULED_WORKER_CONFIG``), credentials from the named
+   environment variables, the testing-only crash hook (refused without ``APPLIANCE_TESTING=1``);
+2. open the worker store: this records a NEW incarnation id;
+3. kill the engine children recorded by earlier incarnations (they normally died with their
+   parent; this is the backstop), then forget them;
+4. mark executions that earlier incarnations left unfinished as ``lost``;
+5. start the engine (children are recorded durably before they can run anything), the service
+   and the HTTP listener; print one JSON line ``{"event": "ready", ...}`` on stdout.
+
+SIGTERM/SIGINT stop the listener first (no new work), then the engine (running executions are
+cancelled and their children reaped, recorded as ``cancelled``/"engine shutdown"), then the
+store. ``metrics_addr`` is accepted by the config but no metrics listener exists yet.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final, TextIO
+
+from appliance.config.credentials import WorkerCredentials, resolve_worker_credentials
+from appliance.config.worker import WorkerConfig, load_worker_config
+from appliance.core.errors import InvalidConfig
+from appliance.engine import Engine, SystemClock, kill_recorded_children
+from appliance.engine.clock import Clock
+from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
+from appliance.http import HttpClient, HttpServer
+from appliance.store.worker_store import WorkerStore
+from appliance.worker.admission import AdmissionClient
+from appliance.worker.child_pids import ChildPidFile
+from appliance.worker.crash import CrashHook
+from appliance.worker.routes import BODY_BYTES_MAX, create_worker_app
+from appliance.worker.service import WorkerService, now_ms_of
+
+log = logging.getLogger("appliance.worker")
+
+ENGINE_SHUTDOWN_SECONDS: Final = 10.0
+HTTP_THREADS: Final = 8
+
+
+@dataclass(frozen=True)
+class Settings:
+    config: WorkerConfig
+    credentials: WorkerCredentials
+    crash: CrashHook
+
+
+def load_settings(environ: Mapping[str, str], config_path: str | None) -> Settings:
+    """Everything the worker needs from outside, validated; ``InvalidConfig`` lists problems."""
+    config = load_worker_config(environ, config_path)
+    if config.engine.output_limit_bytes > OUTPUT_LIMIT_BYTES_MAX:
+        raise InvalidConfig(
+            [
+                (
+                    "engine.output_limit_bytes",
+                    f"the engine captures at most {OUTPUT_LIMIT_BYTES_MAX} bytes of output",
+                )
+            ]
+        )
+    credentials = resolve_worker_credentials(config, environ)
+    return Settings(config, credentials, CrashHook.from_environ(environ))
+
+
+class Worker:
+    """A started worker: store, engine, service and listener. ``stop()`` undoes ``start()``."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.store: WorkerStore | None = None
+        self.engine: Engine | None = None
+        self.server: HttpServer | None = None
+        self._client: HttpClient | None = None
+        self.lost: list[str] = []
+        self.killed_children: list[int] = []
+
+    def start(self) -> Worker:
+        config = self.settings.config
+        self.store = WorkerStore.create_or_open(
+            config.data_dir,
+            namespace=config.namespace,
+            worker_id=config.worker_id,
+            now_ms=now_ms_of(self.clock),
+        )
+        try:
+            self._start_rest(config, self.store)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start_rest(self, config: WorkerConfig, store: WorkerStore) -> None:
+        holder: dict[str, Engine] = {}
+        pid_file = ChildPidFile(
+            config.data_dir, lambda: holder["engine"].child_pids() if holder else None
+        )
+        self.killed_children = kill_recorded_children(pid_file.read())
+        if self.killed_children:
+            log.warning(
+                "killed engine children left by an earlier incarnation: %s", self.killed_children
+            )
+        pid_file.replace([])
+        self.engine = Engine(
+            max_concurrent=config.engine.max_concurrent,
+            max_queued=config.engine.max_queued,
+            output_limit_bytes=config.engine.output_limit_bytes,
+            clock=self.clock,
+            on_child_spawned=pid_file.record,
+        )
+        holder["engine"] = self.engine
+        self._client = HttpClient(idle_connections_per_origin_max=0)
+        admission = AdmissionClient(
+            config.admission_urls,
+            self.settings.credentials.admission,
+            store.incarnation_id,
+            self._client,
+        )
+        service = WorkerService(
+            config=config,
+            store=store,
+            engine=self.engine,
+            admission=admission,
+            clock=self.clock,
+            crash=self.settings.crash,
+        )
+        self.lost = service.mark_lost_executions()
+        app = create_worker_app(service, config.namespace, self.settings.credentials.bearer)
+        self.server = HttpServer(
+            app,
+            host=config.listen_addr.host,
+            port=config.listen_addr.port,
+            name="worker",
+            body_bytes_max=BODY_BYTES_MAX,
+            # Enough threads that execs waiting on their permit request (up to the admission
+            # read timeout) leave room for the cancels and observations of the same work.
+            threads=HTTP_THREADS,
+            error_extra={"protocol": 1},
+        ).start()
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+        if self.engine is not None:
+            if not self.engine.shutdown(ENGINE_SHUTDOWN_SECONDS):
+                log.error("engine shutdown left work behind")
+            self.engine = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+
+def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO) -> int:
+    """The ``appliance worker`` process body; returns the exit code."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+    )
+    try:
+        settings = load_settings(environ, config_path)
+    except InvalidConfig as exc:
+        for path, message in exc.problems:
+            print(f"appliance worker: config: {path}: {message}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    worker = Worker(settings)
+    try:
+        worker.start()
+    except Exception as exc:
+        print(f"appliance worker: cannot start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        store, server = worker.store, worker.server
+        if store is None or server is None:
+            raise RuntimeError("the worker did not start")
+        ready = {
+            "event": "ready",
+            "addr": f"{server.host}:{server.port}",
+            "incarnation": store.incarnation_id,
+            "lost": worker.lost,
+            "killed_children": worker.killed_children,
+        }
+        print(json.dumps(ready), file=out, flush=True)
+        stop.wait()
+    finally:
+        worker.stop()
+    return 0

@@ -1,0 +1,91 @@
+"""Wire protocol v1 documents, parsed strictly (docs/protocol.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.store.worker_store import Invocation
+from appliance.worker.wire import (
+    WireError,
+    execution_id_of,
+    invocation_of,
+    parse_cancel,
+    parse_exec,
+)
+from tests.worker.peers import binding, exec_body
+
+
+def test_an_exec_document_keeps_the_binding_verbatim() -> None:
+    body = exec_body("console.log(1)", occurrence_id=17)
+    request = parse_exec(body)
+    assert request.binding.document is body["binding"]
+    assert request.binding.invocation == Invocation("ns-test", 3, 17, 1)
+    assert request.binding.execution_id == "s3-o17-a1"
+    assert request.code == "console.log(1)"
+
+
+def test_another_protocol_version_is_refused_before_anything_else() -> None:
+    with pytest.raises(WireError) as refused:
+        parse_exec({"protocol": 2, "whatever": True})
+    assert refused.value.code == "protocol_version"
+    with pytest.raises(WireError):
+        parse_exec({"protocol": True, "binding": {}, "code": ""})
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("authority", "heap_mb"), 15),
+        (("authority", "heap_mb"), 4097),
+        (("authority", "timeout_seconds"), 0),
+        (("authority", "timeout_seconds"), 86_401),
+        (("authority", "expires_at"), "2027-01-01 00:00:00"),
+        (("payload_sha256",), "AB" * 32),
+        (("attempt",), -1),
+        (("epoch",), True),
+    ],
+)
+def test_binding_fields_out_of_bounds_are_refused(path: tuple[str, ...], value: object) -> None:
+    body = exec_body("1", occurrence_id=1)
+    target = body["binding"]
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    with pytest.raises(WireError) as refused:
+        parse_exec(body)
+    assert refused.value.code == "invalid_request"
+    assert ".".join(path) in refused.value.message
+
+
+@pytest.mark.parametrize(("heap_mb", "timeout_seconds"), [(16, 1), (4096, 86_400)])
+def test_engine_limits_at_their_bounds_are_accepted(heap_mb: int, timeout_seconds: int) -> None:
+    body = exec_body("1", occurrence_id=1, heap_mb=heap_mb, timeout_seconds=timeout_seconds)
+    assert parse_exec(body).binding.authority.heap_mb == heap_mb
+
+
+def test_code_is_limited_to_64_kib_of_utf8() -> None:
+    assert parse_exec(exec_body("x" * 65_536, occurrence_id=1)).code
+    with pytest.raises(WireError):
+        parse_exec(exec_body("x" * 65_537, occurrence_id=1))
+
+
+def test_a_cancel_carries_the_binding_only() -> None:
+    assert (
+        parse_cancel({"protocol": 1, "binding": binding("1", occurrence_id=2)}).occurrence_id == 2
+    )
+    with pytest.raises(WireError):
+        parse_cancel({"protocol": 1, "binding": binding("1", occurrence_id=2), "code": "1"})
+
+
+@pytest.mark.parametrize("text", ["s1-o2-a3", "s0-o0-a0", f"s{2**63 - 1}-o1-a1"])
+def test_execution_ids_round_trip(text: str) -> None:
+    invocation = invocation_of(text, "ns")
+    assert invocation is not None
+    assert execution_id_of(invocation) == text
+
+
+@pytest.mark.parametrize(
+    "text", ["", "s1-o2", "s01-o2-a3", "s1-o2-a3-", "S1-o2-a3", f"s{2**63}-o1-a1", "s1-o2-a3\n"]
+)
+def test_anything_else_is_not_an_execution_id(text: str) -> None:
+    assert invocation_of(text, "ns") is None
