@@ -1,0 +1,260 @@
+"""The checkpoint's parts: values, their canonical encodings and their byte budgets.
+
+The state is a set of named parts (``meta``, ``schedule/<id>``, ``progress/<id>``,
+``occurrence/<id>`` and registered extension kinds); this module says how each is encoded and
+how many bytes it is charged in the checkpoint budget (see ``state.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from appliance.core.definition import (
+    Definition,
+    MissedCatchUp,
+    MissedPolicy,
+    MissedRunOnce,
+    MissedSkip,
+    OverlapPolicy,
+    Policy,
+    RetryPolicy,
+    definition_to_json,
+)
+from appliance.core.limits import CHECKPOINT_BYTES_MAX, Limits, limits_to_json
+from appliance.core.occurrence import (
+    INSTANT_MAX_S,
+    INT_MAX,
+    RECORD_BYTES_MAX,
+    Occurrence,
+    OccurrenceState,
+)
+
+SCHEMA_VERSION = 2
+HEADROOM_BYTES = 64 * 1024
+RECENT_DROPS_MAX = 8
+GROWTH_BYTES_MAX = CHECKPOINT_BYTES_MAX - HEADROOM_BYTES
+
+S = OccurrenceState
+
+# ---- values ------------------------------------------------------------------------------------
+
+
+class DropReason(enum.Enum):
+    MISSED = "missed"
+    OVERLAP = "overlap"
+    CAPACITY = "capacity"
+
+    __hash__ = object.__hash__  # identity: see OccurrenceState
+
+
+DROP_REASONS = tuple(DropReason)
+_DROP_NAMES = {reason: reason.value for reason in DropReason}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    id: int
+    definition: Definition
+    enabled: bool
+    created_at_s: int
+
+
+@dataclass(frozen=True)
+class DropEvent:
+    at_s: int
+    reason: DropReason
+    count: int
+
+
+class Progress(NamedTuple):
+    """The observation side of a schedule: its cursor and what it dropped (a NamedTuple, like
+    Occurrence: every observation builds one per due schedule)."""
+
+    cursor_s: int
+    dropped: tuple[int, int, int] = (0, 0, 0)  # in DROP_REASONS order
+    recent: tuple[DropEvent, ...] = ()
+
+    def dropped_by(self, reason: DropReason) -> int:
+        return self.dropped[DROP_REASONS.index(reason)]
+
+
+@dataclass(frozen=True)
+class Counts:
+    records: int
+    outstanding: int
+    running: int
+    by_state: dict[str, int]
+
+
+# ---- part encodings ----------------------------------------------------------------------------
+
+
+def _frame(name: str) -> int:
+    # '"name":' plus the ',' separating it from the next part.
+    return len(name) + 4
+
+
+def _schedule_json(s: Schedule) -> dict:
+    return {
+        "id": s.id,
+        "definition": definition_to_json(s.definition),
+        "enabled": s.enabled,
+        "created_at": s.created_at_s,
+    }
+
+
+def _missed_from_json(value: Any) -> MissedPolicy:
+    if value == "Skip":
+        return MissedSkip()
+    if value == "RunOnce":
+        return MissedRunOnce()
+    return MissedCatchUp(cap=value["CatchUp"]["cap"])
+
+
+def definition_from_checkpoint(value: dict) -> Definition:
+    """Structural decode of a definition already validated when it was created.
+
+    Replicas must not re-validate against their own calendar/tzdata when loading a checkpoint or a
+    command (a zone their tzdata lacks would make them diverge), so this only rebuilds the value.
+    """
+    policy = value["policy"]
+    return Definition(
+        code=value["code"],
+        cron=value["cron"],
+        timezone=value["timezone"],
+        policy=Policy(
+            missed=_missed_from_json(policy["missed"]),
+            overlap=OverlapPolicy(policy["overlap"]),
+            retry=RetryPolicy(
+                max_retries=policy["retry"]["max_retries"],
+                delay_seconds=policy["retry"]["delay_seconds"],
+            ),
+        ),
+        name=value.get("name"),
+    )
+
+
+def _schedule_from_json(value: dict) -> Schedule:
+    return Schedule(
+        id=value["id"],
+        definition=definition_from_checkpoint(value["definition"]),
+        enabled=value["enabled"],
+        created_at_s=value["created_at"],
+    )
+
+
+def _progress_json(p: Progress) -> dict:
+    return {
+        "cursor": p.cursor_s,
+        "dropped": {r.value: n for r, n in zip(DROP_REASONS, p.dropped, strict=True)},
+        "recent": [[e.at_s, e.reason.value, e.count] for e in p.recent],
+    }
+
+
+def encode_progress(p: Progress) -> bytes:
+    """``canonical_json(_progress_json(p))`` by hand: every observation writes one per schedule."""
+    missed, overlap, capacity = p.dropped
+    recent = ",".join(f'[{e.at_s},"{_DROP_NAMES[e.reason]}",{e.count}]' for e in p.recent)
+    return (
+        f'{{"cursor":{p.cursor_s},"dropped":{{"capacity":{capacity},"missed":{missed},'
+        f'"overlap":{overlap}}},"recent":[{recent}]}}'
+    ).encode()
+
+
+def _progress_from_json(value: dict) -> Progress:
+    dropped = value["dropped"]
+    return Progress(
+        cursor_s=value["cursor"],
+        dropped=tuple(dropped[r.value] for r in DROP_REASONS),  # type: ignore[arg-type]
+        recent=tuple(DropEvent(at, DropReason(r), n) for at, r, n in value["recent"]),
+    )
+
+
+def _meta_json(limits: Limits, next_schedule_id: int, next_occurrence_id: int) -> dict:
+    return {
+        "schema": SCHEMA_VERSION,
+        "limits": limits_to_json(limits),
+        "next_schedule_id": next_schedule_id,
+        "next_occurrence_id": next_occurrence_id,
+    }
+
+
+_LONGEST_REASON = max(DROP_REASONS, key=lambda r: len(r.value))
+PROGRESS_BYTES_MAX = len(
+    encode_progress(
+        Progress(
+            cursor_s=INSTANT_MAX_S,
+            dropped=(INT_MAX, INT_MAX, INT_MAX),
+            recent=(DropEvent(INSTANT_MAX_S, _LONGEST_REASON, INT_MAX),) * RECENT_DROPS_MAX,
+        )
+    )
+)
+
+
+def _schedule_budget(data_bytes: int, schedule: Schedule) -> int:
+    # "true" may become "false" by a disable: one byte more, reserved now.
+    return data_bytes + (1 if schedule.enabled else 0)
+
+
+def _occurrence_budget(
+    data_bytes: int, record: Occurrence, has_part: Callable[[str], bool] = lambda name: False
+) -> int:
+    """A terminal record is charged its size; a live one the most it can reach, plus a reserve for
+    each bound part (see :func:`register_bound_part_kind`) it does not hold yet."""
+    if record.terminal:
+        return data_bytes
+    return RECORD_BYTES_MAX + bound_reserve_bytes(record.id, has_part)
+
+
+def bound_reserve_bytes(
+    occurrence_id: int, has_part: Callable[[str], bool] = lambda name: False
+) -> int:
+    """What a live record reserves for the bound parts it does not hold yet."""
+    reserve = 0
+    for kind, part_bytes_max in _BOUND_KINDS.items():
+        name = f"{kind}/{occurrence_id}"
+        if not has_part(name):
+            reserve += _frame(name) + part_bytes_max
+    return reserve
+
+
+_PART_KINDS: dict[str, Callable[[Any], int]] = {}
+_CORE_PART_KINDS = frozenset({"meta", "schedule", "progress", "occurrence"})
+
+
+def register_part_kind(kind: str, budget_bytes: Callable[[Any], int]) -> None:
+    """Allow extension parts named ``<kind>/...``; ``budget_bytes(value)`` gives a loaded part's
+    budget (the same value ``put_extra`` was given), so the budget survives a reload."""
+    if kind in _CORE_PART_KINDS or kind in _PART_KINDS or "/" in kind:
+        raise ValueError(f"part kind {kind!r} is taken or malformed")
+    _PART_KINDS[kind] = budget_bytes
+
+
+# Bound kinds: at most one part ``<kind>/<occurrence id>`` per record, charged its maximum size.
+# A live record reserves that room until the part exists, so writing it (a claim, a permit, a
+# fence) moves bytes within the record's charge instead of raising the checkpoint budget: those
+# commands always fit, like the core's own completions.
+_BOUND_KINDS: dict[str, int] = {}
+
+
+def register_bound_part_kind(kind: str, part_bytes_max: int) -> None:
+    """Allow parts ``<kind>/<occurrence id>`` bound to a record (retire them with ``on_retire``)."""
+    register_part_kind(kind, lambda value: part_bytes_max)
+    _BOUND_KINDS[kind] = part_bytes_max
+
+
+def bound_part_max(kind: str) -> int | None:
+    return _BOUND_KINDS.get(kind)
+
+
+def bound_part_budget(data_bytes: int, part_bytes_max: int, record: Occurrence | None) -> int:
+    """A bound part is charged its maximum while its record is live, and its size once the record
+    is terminal (nothing writes it again) or gone."""
+    return part_bytes_max if record is not None and not record.terminal else data_bytes
+
+
+def bound_part_names(occurrence_id: int) -> list[str]:
+    return [f"{kind}/{occurrence_id}" for kind in _BOUND_KINDS]
