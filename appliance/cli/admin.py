@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.cli import admin_config, admin_cron, admin_store
+from appliance.cli import admin_config, admin_cron, admin_ops, admin_store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,3 +17,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     admin_cron.register(groups)
     admin_config.register(groups)
     admin_store.register(groups)
+    admin_ops.register(groups)

@@ -1,0 +1,46 @@
+"""The operator management listener: HTTP and sessionless MCP (SPEC §8; docs/management.md).
+
+Modules, one job each: ``gateway`` (the interface into the runner loop and its bounded queue),
+``commands`` (validation and authorization before the queue), ``replies`` (gateway outcome →
+safe reply, the error table), ``app`` (Falcon routes and middleware order), ``mcp_tools`` and
+``mcp_endpoint`` (MCP 2026-07-28), ``listener`` (waitress on loopback only), ``wiring``
+(connecting a ``Runner``), ``openapi`` (docs/openapi.json).
+"""
+
+from appliance.runner.management.app import (
+    REQUEST_BYTES_MAX,
+    ManagementOptions,
+    create_management_app,
+)
+from appliance.runner.management.gateway import (
+    COMMAND_QUEUE_SLOTS,
+    BoundedCommandQueue,
+    CommandGateway,
+    NotOwner,
+    QueueFull,
+    Submitted,
+    ThreadedConsumer,
+    Uncertain,
+    execute,
+)
+from appliance.runner.management.listener import ManagementListener, NotLoopback
+from appliance.runner.management.wiring import ManagementService, runner_handler
+
+__all__ = [
+    "COMMAND_QUEUE_SLOTS",
+    "REQUEST_BYTES_MAX",
+    "BoundedCommandQueue",
+    "CommandGateway",
+    "ManagementListener",
+    "ManagementOptions",
+    "ManagementService",
+    "NotLoopback",
+    "NotOwner",
+    "QueueFull",
+    "Submitted",
+    "ThreadedConsumer",
+    "Uncertain",
+    "create_management_app",
+    "execute",
+    "runner_handler",
+]

@@ -1,0 +1,166 @@
+"""``create_management_app``: the operator listener's Falcon app (SPEC §8, seeds/001).
+
+Theory of operation. The order of refusals is the security order, all before the body is parsed:
+
+1. ``BearerAuth`` (shared HTTP layer, ``process_request``): no bearer, an unknown token, or a
+   worker/admission/cluster credential → 401. Only ``operator`` and ``recovery`` are accepted.
+2. ``OriginGuard`` (``process_request``): any ``Origin`` header → 403; this listener has no
+   browser flow, so a request a browser made on a page's behalf is never served.
+3. ``BodyCap`` (shared, ``process_resource``): a declared length over 72 KiB → 413 unread; the
+   responders read at most cap + 1 bytes, so an undeclared oversized body is 413 too.
+
+Then the responders parse strictly, validate (``commands.check_command``: 403 / 400 naming the
+field, before the queue) and hand the command to the gateway (``replies.run_command``). Routes:
+``GET /scheduler/v1/status``, ``GET /scheduler/v1/schedules``, ``POST /scheduler/v1/commands`` and
+``POST /mcp`` (``mcp_endpoint``). Nothing else is mounted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import falcon
+
+from appliance.config.credentials import RunnerCredentials, Secret
+from appliance.core.limits import Limits
+from appliance.http import ApiError, create_app, read_json_object
+from appliance.runner.management.commands import Refused, check_command
+from appliance.runner.management.gateway import CommandGateway
+from appliance.runner.management.mcp_endpoint import McpEndpoint
+from appliance.runner.management.replies import (
+    REPLY_TIMEOUT_S_DEFAULT,
+    Outcome,
+    error_outcome,
+    run_command,
+)
+
+log = logging.getLogger("appliance.runner.management")
+
+KiB: Final = 1024
+REQUEST_BYTES_MAX: Final = 72 * KiB
+MANAGEMENT_ROLES: Final = frozenset({"operator", "recovery"})
+STATUS_PATH: Final = "/scheduler/v1/status"
+SCHEDULES_PATH: Final = "/scheduler/v1/schedules"
+COMMANDS_PATH: Final = "/scheduler/v1/commands"
+MCP_PATH: Final = "/mcp"
+
+
+@dataclass(frozen=True)
+class ManagementOptions:
+    request_bytes_max: int = REQUEST_BYTES_MAX
+    reply_timeout_s: float = REPLY_TIMEOUT_S_DEFAULT
+
+
+def credential_table(
+    credentials: RunnerCredentials | Mapping[str, Secret | str | None],
+) -> dict[str, Secret | str | None]:
+    """role → credential, including the roles that must be refused (worker, admission, cluster)."""
+    if isinstance(credentials, RunnerCredentials):
+        table: dict[str, Secret | str | None] = {
+            "operator": credentials.operator,
+            "recovery": credentials.recovery,
+            "worker": credentials.worker,
+            "admission": credentials.admission,
+            "cluster": credentials.cluster,
+        }
+    else:
+        table = dict(credentials)
+    if table.get("operator") is None:
+        raise ValueError("the management listener needs an operator credential (bearer_env)")
+    return table
+
+
+class OriginGuard:
+    """Falcon middleware: 403 for any request carrying an ``Origin`` header (after auth)."""
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if req.get_header("Origin") is not None:
+            log.warning("management: refused %s %s: Origin header present", req.method, req.path)
+            raise ApiError(
+                403,
+                "origin_refused",
+                "requests with an Origin header are refused: this listener has no browser flow",
+            )
+
+
+def send(resp: falcon.Response, outcome: Outcome) -> None:
+    resp.status = falcon.code_to_http_status(outcome.status)
+    resp.content_type = falcon.MEDIA_JSON
+    resp.data = json.dumps(outcome.body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class _Read:
+    """``GET`` status / schedules: the ``status`` / ``list`` command."""
+
+    def __init__(self, action: str, gateway: CommandGateway, options: ManagementOptions) -> None:
+        self._action = action
+        self._gateway = gateway
+        self._options = options
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        role = req.context.auth_role
+        send(
+            resp,
+            run_command(
+                self._gateway, {"action": self._action}, role, self._options.reply_timeout_s
+            ),
+        )
+
+
+class _Commands:
+    """``POST /scheduler/v1/commands``: one tagged command (the stdin document)."""
+
+    def __init__(self, gateway: CommandGateway, limits: Limits, options: ManagementOptions) -> None:
+        self._gateway = gateway
+        self._limits = limits
+        self._options = options
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        role = req.context.auth_role
+        try:
+            document = read_json_object(req)
+        except ApiError as exc:
+            if exc.status_code == 413:
+                raise
+            send(resp, error_outcome(exc.status_code, exc.error_code, exc.message))
+            return
+        try:
+            command = check_command(document, role, self._limits)
+        except Refused as refused:
+            action = str(document.get("action"))[:32]  # client text: bounded, repr'd
+            log.info("management: refused %r (%s): %s", action, role, refused.code)
+            send(
+                resp,
+                error_outcome(refused.status, refused.code, refused.message, field=refused.field),
+            )
+            return
+        send(resp, run_command(self._gateway, command, role, self._options.reply_timeout_s))
+
+
+def create_management_app(
+    gateway: CommandGateway,
+    credentials: RunnerCredentials | Mapping[str, Secret | str | None],
+    limits: Limits,
+    options: ManagementOptions | None = None,
+) -> falcon.App:
+    """The management WSGI app; ``credentials`` must hold every role the process knows."""
+    options = options or ManagementOptions()
+    table = credential_table(credentials)
+    routes: dict[str, Any] = {
+        STATUS_PATH: _Read("status", gateway, options),
+        SCHEDULES_PATH: _Read("list", gateway, options),
+        COMMANDS_PATH: _Commands(gateway, limits, options),
+        MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s),
+    }
+    return create_app(
+        routes=routes,
+        credentials=table,
+        accepted_roles=MANAGEMENT_ROLES,
+        body_bytes_max=options.request_bytes_max,
+        surface="management",
+        extra_middleware=[OriginGuard()],
+    )

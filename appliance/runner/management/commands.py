@@ -1,0 +1,159 @@
+"""Validation and authorization of one management command, before it may enter the queue.
+
+Theory of operation. HTTP (``POST /scheduler/v1/commands``, the two GET routes) and MCP tools
+carry the same seven commands as stdin (seeds/001, "Operator commands and states"); this module
+is their one gate. ``check_command`` returns the normalized stdin document to submit, or raises
+``Refused`` with the HTTP status of seeds/001 "Error behavior":
+
+- 403 ``recovery_required``: ``acknowledge_stopped`` by anyone but the recovery credential
+  (decided first: an operator learns nothing about the command's validity);
+- 400 naming the field: unknown action, unknown/missing fields, non-integer ids, a definition that
+  fails ``parse_definition`` with the runner's limits, a missing or non-``true``
+  ``dispatcher_and_work_quiesced`` attestation.
+
+Every refusal carries ``shape=True`` when the problem is the document's shape (types, required and
+unknown fields) rather than its content: MCP reports shape problems as JSON-RPC invalid params and
+content problems as a tool error (``isError``). Messages name fields, never echo the source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
+from appliance.core.limits import Limits
+
+# action → argument fields (the stdin document without ``action``); order is documentation order.
+COMMAND_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
+    "status": (),
+    "list": (),
+    "create": ("definition",),
+    "disable": ("id",),
+    "cancel": ("occurrence_id",),
+    "delete": ("id",),
+    "acknowledge_stopped": ("occurrence_id", "dispatcher_and_work_quiesced"),
+}
+RECOVERY_ACTIONS: Final = frozenset({"acknowledge_stopped"})
+MUTATIONS: Final = frozenset({"create", "disable", "cancel", "delete", "acknowledge_stopped"})
+ID_MAX: Final = 2**63 - 1  # ids are increasing integers; anything larger is not one of ours
+
+
+class Refused(Exception):
+    """A command refused before the queue; nothing was submitted."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, field: str | None = None, shape: bool = False
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+        self.shape = shape
+
+    def error(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return error
+
+
+def allowed_actions(role: str) -> frozenset[str]:
+    """What a management role may do (seeds/001 "Authorization matrix")."""
+    if role == "recovery":
+        return frozenset(COMMAND_FIELDS)
+    if role == "operator":
+        return frozenset(COMMAND_FIELDS) - RECOVERY_ACTIONS
+    return frozenset()
+
+
+def authorize(action: str, role: str) -> None:
+    if action in RECOVERY_ACTIONS and action not in allowed_actions(role):
+        raise Refused(
+            403,
+            "recovery_required",
+            f"{action} requires the separate management recovery credential",
+        )
+
+
+def _shape(message: str, field: str | None) -> Refused:
+    return Refused(400, "invalid_command", message, field=field, shape=True)
+
+
+def _positive_id(value: Any, field: str) -> int:
+    # bool is an int in Python; true is not an id.
+    if type(value) is not int or not 1 <= value <= ID_MAX:
+        raise _shape(f"{field}: must be a positive integer id", field)
+    return value
+
+
+def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> dict[str, Any]:
+    """Validate ``arguments`` (the stdin command without ``action``) for ``action`` and ``role``.
+
+    Returns the stdin document to submit; raises ``Refused``.
+    """
+    if action not in COMMAND_FIELDS:
+        raise _shape(f"action: must be one of {', '.join(COMMAND_FIELDS)}", "action")
+    authorize(action, role)
+    if not isinstance(arguments, Mapping):
+        raise _shape("arguments must be a JSON object", None)
+    expected = COMMAND_FIELDS[action]
+    for key in arguments:
+        if key not in expected:
+            raise _shape(f"{key}: unknown field for {action}", str(key))
+    if action == "acknowledge_stopped":
+        _check_attestation(arguments)
+    for key in expected:
+        if key not in arguments:
+            raise _shape(f"{key}: required for {action}", key)
+    document: dict[str, Any] = {"action": action}
+    if action in ("disable", "delete"):
+        document["id"] = _positive_id(arguments["id"], "id")
+    elif action in ("cancel", "acknowledge_stopped"):
+        document["occurrence_id"] = _positive_id(arguments["occurrence_id"], "occurrence_id")
+        if action == "acknowledge_stopped":
+            document["dispatcher_and_work_quiesced"] = True
+    elif action == "create":
+        document["definition"] = _definition(arguments["definition"], limits)
+    return document
+
+
+def _check_attestation(arguments: Mapping[str, Any]) -> None:
+    # Missing or anything but literal true: the human attestation was not given. A content
+    # refusal (400), never a shape one, so MCP reports it as a tool error an agent must not fix
+    # by itself.
+    if arguments.get("dispatcher_and_work_quiesced") is not True:
+        raise Refused(
+            400,
+            "attestation_required",
+            "dispatcher_and_work_quiesced: must be exactly true, attested by a human who has "
+            "established that the old dispatcher cannot submit and the accepted work has stopped",
+            field="dispatcher_and_work_quiesced",
+        )
+
+
+def _definition(value: Any, limits: Limits) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _shape("definition: must be a JSON object", "definition")
+    try:
+        parsed = parse_definition(dict(value), limits, "definition")
+    except DefinitionProblems as problems:
+        field, message = problems.problems[0]
+        more = len(problems.problems) - 1
+        suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise Refused(
+            400, "invalid_definition", f"{field}: {message}{suffix}", field=field
+        ) from None
+    return definition_to_json(parsed)
+
+
+def check_command(document: Any, role: str, limits: Limits) -> dict[str, Any]:
+    """Validate one tagged command document (``{"action": ..., ...}``) for ``role``."""
+    if not isinstance(document, Mapping):
+        raise _shape("a command must be a JSON object", None)
+    action = document.get("action")
+    if not isinstance(action, str) or action not in COMMAND_FIELDS:
+        raise _shape(f"action: must be one of {', '.join(COMMAND_FIELDS)}", "action")
+    arguments = {key: value for key, value in document.items() if key != "action"}
+    return check_arguments(action, arguments, role, limits)

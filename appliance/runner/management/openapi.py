@@ -1,0 +1,226 @@
+"""The OpenAPI 3.1 document of the management HTTP routes (docs/openapi.json; served nowhere).
+
+Generated from the same tables the listener uses (command fields, tool schemas, limits), so the
+document cannot drift from the code: a test compares docs/openapi.json with ``openapi_document``.
+Regenerate with ``python -m appliance.runner.management.openapi > docs/openapi.json``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from appliance.core.limits import Limits
+from appliance.runner.management.app import (
+    COMMANDS_PATH,
+    MCP_PATH,
+    REQUEST_BYTES_MAX,
+    SCHEDULES_PATH,
+    STATUS_PATH,
+)
+from appliance.runner.management.mcp_tools import tool_specs
+
+_REF = "#/components/schemas/"
+_ERR = "#/components/responses/"
+
+
+def _command_schemas(limits: Limits) -> list[dict[str, Any]]:
+    variants = []
+    for spec in tool_specs(limits).values():
+        schema = json.loads(json.dumps(spec["inputSchema"]))
+        schema["properties"] = {"action": {"const": spec["action"]}, **schema["properties"]}
+        schema["required"] = ["action", *schema.get("required", [])]
+        if spec["action"] == "acknowledge_stopped":
+            schema["required"].append("dispatcher_and_work_quiesced")
+        variants.append(schema)
+    return variants
+
+
+def _error_response(description: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"$ref": _REF + "Error"}
+    if extra:
+        schema = {"allOf": [schema, {"type": "object", "properties": extra}]}
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
+    limits = limits or Limits()
+    read_responses = {
+        "200": {"$ref": _ERR + "Ok"},
+        "401": {"$ref": _ERR + "Unauthorized"},
+        "403": {"$ref": _ERR + "Forbidden"},
+        "409": {"$ref": _ERR + "NotOwner"},
+        "413": {"$ref": _ERR + "TooLarge"},
+        "503": {"$ref": _ERR + "Unavailable"},
+    }
+    mcp_headers = [
+        {
+            "name": "MCP-Protocol-Version",
+            "in": "header",
+            "required": True,
+            "schema": {"type": "string", "enum": ["2026-07-28"]},
+        },
+        {
+            "name": "Mcp-Method",
+            "in": "header",
+            "required": True,
+            "schema": {"type": "string", "enum": ["server/discover", "tools/list", "tools/call"]},
+        },
+        {
+            "name": "Mcp-Name",
+            "in": "header",
+            "required": False,
+            "description": "required on tools/call: the tool name",
+            "schema": {"type": "string", "enum": list(tool_specs(limits))},
+        },
+    ]
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "appliance management listener",
+            "version": "1",
+            "description": "Loopback-only operator listener (SPEC §8). Every request needs a "
+            "bearer (operator or recovery credential), checked before the body is read; any "
+            f"Origin header is refused (403); requests are capped at {REQUEST_BYTES_MAX} bytes "
+            "of serialized JSON (413). See docs/management.md.",
+        },
+        "servers": [{"url": "http://127.0.0.1:4601"}],
+        "security": [{"bearer": []}],
+        "paths": {
+            STATUS_PATH: {
+                "get": {
+                    "operationId": "status",
+                    "summary": "the status command: node, term, acquired ownership, counts",
+                    "responses": read_responses,
+                }
+            },
+            SCHEDULES_PATH: {
+                "get": {
+                    "operationId": "list",
+                    "summary": "the list command: explicitly a stale local view",
+                    "responses": read_responses,
+                }
+            },
+            COMMANDS_PATH: {
+                "post": {
+                    "operationId": "command",
+                    "summary": "one tagged command (the stdin document of seeds/001)",
+                    "requestBody": {
+                        "required": True,
+                        "content": {"application/json": {"schema": {"$ref": _REF + "Command"}}},
+                    },
+                    "responses": {**read_responses, "400": {"$ref": _ERR + "BadRequest"}},
+                }
+            },
+            MCP_PATH: {
+                "post": {
+                    "operationId": "mcp",
+                    "summary": "sessionless MCP 2026-07-28: discover, tools/list, tools/call",
+                    "parameters": mcp_headers,
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {"schema": {"$ref": _REF + "JsonRpcRequest"}}
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "JSON-RPC result (tool failures: isError true)",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        "202": {"description": "notification acknowledged and dropped"},
+                        "400": {
+                            "description": "JSON-RPC error: parse error, invalid request, "
+                            "invalid params, header mismatch, unsupported protocol version",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        "401": {"$ref": _ERR + "Unauthorized"},
+                        "403": {"$ref": _ERR + "Forbidden"},
+                        "404": {
+                            "description": "JSON-RPC method not found",
+                            "content": {"application/json": {"schema": {"type": "object"}}},
+                        },
+                        "413": {"$ref": _ERR + "TooLarge"},
+                    },
+                }
+            },
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Command": {"oneOf": _command_schemas(limits)},
+                "JsonRpcRequest": {
+                    "type": "object",
+                    "required": ["jsonrpc", "method"],
+                    "properties": {
+                        "jsonrpc": {"const": "2.0"},
+                        "id": {"type": ["integer", "string"]},
+                        "method": {"type": "string"},
+                        "params": {"type": "object"},
+                    },
+                },
+                "Ok": {
+                    "type": "object",
+                    "required": ["ok", "action", "meaning", "result"],
+                    "properties": {
+                        "ok": {"const": True},
+                        "action": {"type": "string"},
+                        "meaning": {
+                            "type": "string",
+                            "description": "what success proves (e.g. cancel: intent "
+                            "recorded only)",
+                        },
+                        "result": {
+                            "type": "object",
+                            "description": "the runner's reply, "
+                            "redacted (source as code_bytes/code_sha256, no paths)",
+                        },
+                    },
+                },
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {
+                        "ok": {"const": False},
+                        "status": {"type": "integer"},
+                        "accepted": {"const": False},
+                        "outcome": {"const": "uncertain"},
+                        "retry_safe": {"const": False},
+                        "leader_hint": {"type": "string"},
+                        "error": {
+                            "type": "object",
+                            "required": ["code", "message"],
+                            "properties": {
+                                "code": {"type": "string"},
+                                "message": {"type": "string"},
+                                "field": {"type": "string"},
+                            },
+                        },
+                    },
+                },
+            },
+            "responses": {
+                "Ok": {
+                    "description": "success; `meaning` says what it proves",
+                    "content": {"application/json": {"schema": {"$ref": _REF + "Ok"}}},
+                },
+                "BadRequest": _error_response(
+                    "malformed command (error.field names it) or missing/false attestation"
+                ),
+                "Unauthorized": _error_response("missing or invalid management bearer"),
+                "Forbidden": _error_response(
+                    "insufficient recovery authority, or an Origin header"
+                ),
+                "NotOwner": _error_response("no acquired owner; command not accepted"),
+                "TooLarge": _error_response("request body exceeds the transport limit"),
+                "Unavailable": _error_response(
+                    "queue full (accepted: false) or uncertain outcome after admission "
+                    "(outcome: uncertain, retry_safe: false)"
+                ),
+            },
+        },
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(openapi_document(), indent=2, ensure_ascii=False))

@@ -1,0 +1,177 @@
+"""From a validated command to one safe reply: ``run_command`` → ``Outcome(status, body)``.
+
+Theory of operation. Both transports (HTTP routes and MCP tools) end here, so the error table of
+seeds/001 is implemented once:
+
+- 503 ``accepted: false`` — the queue had no slot; nothing was queued, retrying later is safe;
+- 409 — the loop answered that this voter is not the acquired owner (not applied);
+- 503 ``outcome: "uncertain"``, ``retry_safe: false`` — anything else after admission (a core or
+  storage failure, no quorum, the wait timing out); the command may still take effect, and the
+  client is told to inspect state, never to retry blindly (creation has no deduplication);
+- 200 — the loop's reply, with a ``meaning`` sentence that says what success proves (a cancel
+  success records intent only; ``list`` is a stale local view).
+
+Remote replies are redacted: a definition's ``code`` (source) becomes its size and SHA-256,
+storage paths and internal error texts are dropped (they go to the local log only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from appliance.runner.management.gateway import CommandGateway, NotOwner, QueueFull, Uncertain
+
+log = logging.getLogger("appliance.runner.management")
+
+REPLY_TIMEOUT_S_DEFAULT: Final = 30.0
+
+MEANING: Final[Mapping[str, str]] = {
+    "status": "status of this voter; ownership is shown as acquired by the named node and epoch",
+    "list": "a stale local view of this voter's replica; it may lag the acquired owner",
+    "create": "the schedule was created and committed; it runs from its next calendar slot "
+    "strictly after creation",
+    "disable": "the schedule is disabled for future selection; occurrences already selected "
+    "are not cancelled",
+    "cancel": "cancellation intent was recorded (Cancelling); the occurrence is Cancelled only "
+    "once the engine confirms the work stopped, and completion may still win",
+    "delete": "the definition was deleted; its live occurrences still run to a terminal state",
+    "acknowledge_stopped": "the occurrence was marked Abandoned on the attested quiescence; this "
+    "does not cancel a previously admitted permit or undo external effects",
+}
+
+# Keys whose values never leave the voter (storage paths, internals).
+_DROPPED_KEYS: Final = frozenset(
+    {"data_dir", "path", "store_path", "db_path", "database", "traceback", "exception", "internal"}
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict[str, Any]
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 200
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` without source code, storage paths or internal details."""
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in _DROPPED_KEYS:
+                continue
+            if key == "code" and isinstance(item, str):
+                raw = item.encode("utf-8", "surrogatepass")
+                out["code_bytes"] = len(raw)
+                out["code_sha256"] = hashlib.sha256(raw).hexdigest()
+                continue
+            out[key] = redact(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact(item) for item in value]
+    return value
+
+
+def error_outcome(
+    status: int, code: str, message: str, *, field: str | None = None, **top: Any
+) -> Outcome:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    body: dict[str, Any] = {"ok": False, "status": status, **top, "error": error}
+    return Outcome(status, body)
+
+
+def run_command(
+    gateway: CommandGateway,
+    command: Mapping[str, Any],
+    role: str,
+    reply_timeout_s: float = REPLY_TIMEOUT_S_DEFAULT,
+) -> Outcome:
+    """Submit a validated stdin-shaped command and turn what happens into an ``Outcome``."""
+    action = str(command["action"])
+    try:
+        submitted = gateway.submit(command, role=role)
+    except QueueFull:
+        log.warning("management: %s refused: the command queue is full", action)
+        return error_outcome(
+            503,
+            "queue_full",
+            "the runner's command queue is full; the command was not accepted (retrying later "
+            "is safe)",
+            accepted=False,
+        )
+    except Exception:
+        # A gateway that cannot even queue (runner stopping): definitely not accepted.
+        log.exception("management: %s refused: the runner is unavailable", action)
+        return error_outcome(
+            503,
+            "unavailable",
+            "the runner is unavailable; the command was not accepted",
+            accepted=False,
+        )
+    try:
+        reply = submitted.wait(reply_timeout_s)
+    except NotOwner as exc:
+        fields: dict[str, Any] = {}
+        if exc.leader_hint:
+            fields["leader_hint"] = str(exc.leader_hint)
+        return error_outcome(
+            409,
+            "not_owner",
+            "this voter is not the acquired owner; the command was not accepted",
+            **fields,
+        )
+    except Uncertain as exc:
+        log.warning("management: %s outcome uncertain: %s", action, exc.reason)
+        return _uncertain(action)
+    except Exception:
+        log.exception("management: %s failed after queue admission", action)
+        return _uncertain(action)
+    reply = dict(reply)
+    if reply.get("ok") is False:
+        # A loop that answers with the stdin error shape instead of raising.
+        if reply.get("status") == 409:
+            hint = reply.get("leader_hint") or (reply.get("error") or {}).get("leader_hint")
+            return error_outcome(
+                409,
+                "not_owner",
+                "this voter is not the acquired owner; the command was not accepted",
+                **({"leader_hint": str(hint)} if hint else {}),
+            )
+        if reply.get("accepted") is False:
+            # The loop itself says it did not take the command (e.g. it is draining).
+            log.warning("management: %s not accepted by the loop: %r", action, reply.get("error"))
+            return error_outcome(
+                503,
+                "unavailable",
+                "the runner is unavailable; the command was not accepted",
+                accepted=False,
+            )
+        log.warning("management: %s failed after queue admission: %r", action, reply.get("error"))
+        return _uncertain(action)
+    reply.pop("ok", None)
+    body = {"ok": True, "action": action, "meaning": MEANING[action], "result": redact(reply)}
+    return Outcome(200, body)
+
+
+def _uncertain(action: str) -> Outcome:
+    advice = (
+        "inspect state (status, list) and the voter's diagnostics before acting; "
+        "never retry creation blindly"
+        if action == "create"
+        else "inspect state (status, list) and the voter's diagnostics before acting"
+    )
+    return error_outcome(
+        503,
+        "outcome_uncertain",
+        f"the command was queued but its outcome is uncertain: {advice}",
+        outcome="uncertain",
+        retry_safe=False,
+    )

@@ -1,0 +1,75 @@
+"""Connecting the management listener to a runner loop (``Runner.operator``): ``ManagementService``.
+
+The listener's bounded queue (64 commands) sits in front of the runner loop's own queue. One
+forwarding thread takes management commands in FIFO order and hands each to
+``runner.operator(OperatorCommand)``, which enqueues it on THE serialized runner loop and returns
+its reply; there is no second dispatcher, retry or cancellation state here (seeds/000). Replies
+in the stdin shape (``{"ok": false, "status": 409, ...}``) are mapped by ``replies.run_command``:
+409 stays 409, ``accepted: false`` stays a definite non-acceptance, anything else that failed
+after admission is reported as uncertain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from appliance.config.credentials import RunnerCredentials
+from appliance.config.runner import RunnerConfig
+from appliance.runner.management.app import ManagementOptions
+from appliance.runner.management.gateway import BoundedCommandQueue, Handler, ThreadedConsumer
+from appliance.runner.management.listener import ManagementListener
+
+
+class OperatorRunner(Protocol):
+    def operator(self, command: Any) -> dict[str, Any]: ...
+
+
+def runner_handler(runner: OperatorRunner) -> Handler:
+    """A gateway handler that runs each command on the runner loop via ``runner.operator``."""
+    from appliance.runner.operator import OperatorCommand, OperatorError
+
+    def handle(command: dict[str, Any]) -> Mapping[str, Any]:
+        args = {key: value for key, value in command.items() if key != "action"}
+        try:
+            return runner.operator(OperatorCommand(command["action"], args))
+        except OperatorError as err:
+            return err.reply()
+
+    return handle
+
+
+class ManagementService:
+    """The listener plus its forwarding consumer, for one runner process."""
+
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        credentials: RunnerCredentials,
+        runner: OperatorRunner,
+        options: ManagementOptions | None = None,
+    ) -> None:
+        if cfg.management is None:
+            raise ValueError("the config has no management section")
+        self.gateway = BoundedCommandQueue()
+        self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner))
+        self.listener = ManagementListener(
+            cfg.management.addr, self.gateway, credentials, cfg.limits, options
+        )
+
+    @property
+    def port(self) -> int:
+        return self.listener.port
+
+    def start(self) -> ManagementService:
+        self.consumer.start()
+        try:
+            self.listener.start()
+        except Exception:
+            self.consumer.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.listener.stop()
+        self.consumer.stop()
