@@ -1,0 +1,74 @@
+"""``appliance cluster init --voters N --out DIR [--base-port P]``: write a loopback cluster.
+
+Exit codes: 0 written; 1 the files could not be written (I/O); 2 invalid input, including an
+output directory that is not empty (nothing is written then). Credentials are never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_INVALID = 2
+
+
+def run_init(args: argparse.Namespace) -> int:
+    from appliance.cluster_init.layout import InvalidLayout, lay_out
+    from appliance.cluster_init.writer import OutputNotEmpty, check_output_dir, write_cluster
+
+    out_dir = Path(args.out).expanduser().absolute()
+    try:
+        check_output_dir(out_dir)
+        files = lay_out(
+            args.voters, args.base_port, out_dir, datetime.now(UTC), demo=not args.no_demo
+        )
+        written = write_cluster(files, out_dir)
+    except (InvalidLayout, OutputNotEmpty) as err:
+        print(f"appliance cluster init: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as err:
+        print(f"appliance cluster init: cannot write {out_dir}: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"wrote a {len(files.plan.voters)}-voter loopback cluster into {out_dir}:")
+    for path in written:
+        print(f"  {path.name}")
+    print(f"next: read {out_dir / 'README.md'} (start commands), or docs/cluster.md")
+    return EXIT_OK
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from appliance.cluster_init.layout import BASE_PORT_DEFAULT, VOTERS_DEFAULT
+
+    cluster = subparsers.add_parser("cluster", help="cluster tooling (init)")
+    tools = cluster.add_subparsers(dest="cluster_command", metavar="ACTION")
+    tools.required = True
+    init = tools.add_parser(
+        "init",
+        help="write a ready-to-run loopback cluster: configs, credentials, start commands",
+        description="Write runner configs (one per voter), a worker config, an env file with "
+        "fresh distinct credentials (mode 0600) and a README with the start commands into DIR, "
+        "which must be absent or empty.",
+    )
+    init.add_argument(
+        "--voters",
+        type=int,
+        default=VOTERS_DEFAULT,
+        metavar="N",
+        help=f"number of voters: 1, 3, 5, 7 or 9 (default {VOTERS_DEFAULT})",
+    )
+    init.add_argument("--out", required=True, metavar="DIR", help="absent or empty directory")
+    init.add_argument(
+        "--base-port",
+        type=int,
+        default=BASE_PORT_DEFAULT,
+        metavar="N",
+        help=f"first of the 31 loopback ports used (default {BASE_PORT_DEFAULT})",
+    )
+    init.add_argument(
+        "--no-demo", action="store_true", help="no initial demo schedule (it runs every minute)"
+    )
+    init.set_defaults(func=run_init)

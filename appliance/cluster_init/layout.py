@@ -1,0 +1,196 @@
+"""The loopback cluster that ``appliance cluster init`` writes: ports, configs, credential names.
+
+Theory of operation: a pure function of (voter count, base port, output directory, now, a token
+source) returns every file's content, so the whole layout is testable without touching a disk and
+``writer`` only has to put bytes in place. One port plan is shared by every config, which is what
+makes the cluster hang together:
+
+    base + i        voter i's cluster (Raft) port        i = 0 … voters-1
+    base + 10 + i   voter i's admission route
+    base + 20 + i   voter i's management listener (loopback)
+    base + 30       the worker's scheduled routes
+
+Everything sealed in the contract (the voter mapping, limits, initial schedules and the remote
+config with its grant expiry) is computed once and copied into every voter's config, so the
+contract digest is identical across voters by construction; only per-node fields differ.
+
+Credentials: five roles, five fresh values (``secrets.token_urlsafe``), all distinct, because the
+runner refuses to start when two roles share a value (SPEC §6). The admission, cluster and worker
+credentials are shared by the voters (one cluster, one worker); the operator and recovery
+credentials guard every voter's management listener. Configs only *name* the variables.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+from appliance.config.rfc3339 import format_utc
+
+VOTERS_ALLOWED: Final = (1, 3, 5, 7, 9)  # odd: an even count tolerates no more failures
+VOTERS_DEFAULT: Final = 3
+PORT_SPAN: Final = 31  # the plan above uses base … base + 30
+BASE_PORT_MIN: Final = 1024  # unprivileged ports only: the cluster runs as a normal user
+BASE_PORT_MAX: Final = 65535 - (PORT_SPAN - 1)
+BASE_PORT_DEFAULT: Final = 7100
+GRANT_DAYS: Final = 365
+TOKEN_BYTES: Final = 32
+LOOPBACK: Final = "127.0.0.1"
+NAMESPACE: Final = "cluster"
+WORKER_ID: Final = "worker-1"
+SESSION: Final = "cluster-init"
+REMOTE_TIMEOUT_SECONDS: Final = 60
+REMOTE_HEAP_MB: Final = 64
+
+ENV_NAMES: Final = {
+    "admission": "MCP_SCHEDULER_ADMISSION_TOKEN",
+    "cluster": "MCP_SCHEDULER_CLUSTER_TOKEN",
+    "worker": "MCP_SCHEDULER_WORKER_TOKEN",
+    "operator": "MCP_SCHEDULER_OPERATOR_TOKEN",
+    "recovery": "MCP_SCHEDULER_RECOVERY_TOKEN",
+}
+
+DEMO_SCHEDULE: Final = {
+    "name": "hello-cluster",
+    "code": "console.log('hello from ' + scheduled.namespace + ' at ' + scheduled.due_time)",
+    "cron": "* * * * *",
+    "timezone": "UTC",
+    "policy": {
+        "missed": "Skip",
+        "overlap": "Skip",
+        "retry": {"max_retries": 0, "delay_seconds": 0},
+    },
+}
+
+
+class InvalidLayout(ValueError):
+    """The requested cluster cannot be laid out (voter count or base port out of range)."""
+
+
+@dataclass(frozen=True)
+class VoterPorts:
+    node_id: str
+    cluster_port: int
+    admission_port: int
+    management_port: int
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    voters: tuple[VoterPorts, ...]
+    worker_port: int
+
+
+@dataclass(frozen=True)
+class ClusterFiles:
+    """Everything to write: file name → JSON-able document or text, plus the credentials."""
+
+    runner_configs: dict[str, dict[str, Any]]  # "voter-1.json" → config
+    worker_config: dict[str, Any]
+    credentials: dict[str, str]  # variable name → value
+    plan: PortPlan
+
+
+def plan_ports(voters: int, base_port: int) -> PortPlan:
+    if voters not in VOTERS_ALLOWED:
+        raise InvalidLayout(f"--voters must be one of {', '.join(map(str, VOTERS_ALLOWED))}")
+    if not BASE_PORT_MIN <= base_port <= BASE_PORT_MAX:
+        raise InvalidLayout(
+            f"--base-port must be within {BASE_PORT_MIN}..{BASE_PORT_MAX} "
+            f"(the cluster uses ports base..base+{PORT_SPAN - 1}), got {base_port}"
+        )
+    return PortPlan(
+        voters=tuple(
+            VoterPorts(f"voter-{i + 1}", base_port + i, base_port + 10 + i, base_port + 20 + i)
+            for i in range(voters)
+        ),
+        worker_port=base_port + 30,
+    )
+
+
+def fresh_credentials(token: Callable[[int], str] = secrets.token_urlsafe) -> dict[str, str]:
+    """One fresh value per role; raises if the source ever repeats one (it must not)."""
+    values = {name: token(TOKEN_BYTES) for name in ENV_NAMES.values()}
+    if len(set(values.values())) != len(values):
+        raise InvalidLayout("the token source returned the same credential twice")
+    return values
+
+
+def _remote(plan: PortPlan, expires_at: datetime) -> dict[str, Any]:
+    return {
+        "url": f"http://{LOOPBACK}:{plan.worker_port}",
+        "bearer_env": ENV_NAMES["worker"],
+        "expires_at": format_utc(expires_at),
+        "session": SESSION,
+        "timeout_seconds": REMOTE_TIMEOUT_SECONDS,
+        "heap_mb": REMOTE_HEAP_MB,
+        "namespace": NAMESPACE,
+        "worker_id": WORKER_ID,
+    }
+
+
+def runner_config(
+    me: VoterPorts, plan: PortPlan, data_root: Path, remote: dict[str, Any], demo: bool
+) -> dict[str, Any]:
+    return {
+        "node_id": me.node_id,
+        "advertise_addr": LOOPBACK,
+        "cluster_port": me.cluster_port,
+        "peers": [
+            f"{peer.node_id}@{LOOPBACK}:{peer.cluster_port}"
+            for peer in plan.voters
+            if peer.node_id != me.node_id
+        ],
+        "data_dir": str(data_root / me.node_id),
+        "admission_addr": f"{LOOPBACK}:{me.admission_port}",
+        "admission_bearer_env": ENV_NAMES["admission"],
+        "cluster_bearer_env": ENV_NAMES["cluster"],
+        "schedules": [dict(DEMO_SCHEDULE)] if demo else [],
+        "remote": dict(remote),
+        "management": {
+            "addr": f"{LOOPBACK}:{me.management_port}",
+            "bearer_env": ENV_NAMES["operator"],
+            "recovery_bearer_env": ENV_NAMES["recovery"],
+        },
+    }
+
+
+def worker_config(plan: PortPlan, data_root: Path) -> dict[str, Any]:
+    return {
+        "namespace": NAMESPACE,
+        "worker_id": WORKER_ID,
+        "data_dir": str(data_root / WORKER_ID),
+        "bearer_env": ENV_NAMES["worker"],
+        "admission_bearer_env": ENV_NAMES["admission"],
+        "admission_urls": [f"http://{LOOPBACK}:{voter.admission_port}" for voter in plan.voters],
+        "listen_addr": f"{LOOPBACK}:{plan.worker_port}",
+    }
+
+
+def lay_out(
+    voters: int,
+    base_port: int,
+    out_dir: Path,
+    now: datetime,
+    *,
+    demo: bool = True,
+    token: Callable[[int], str] = secrets.token_urlsafe,
+) -> ClusterFiles:
+    """Every config and credential of a loopback cluster rooted at ``out_dir`` (absolute)."""
+    plan = plan_ports(voters, base_port)
+    expires_at = now.replace(microsecond=0) + timedelta(days=GRANT_DAYS)
+    remote = _remote(plan, expires_at)
+    data_root = out_dir / "data"
+    return ClusterFiles(
+        runner_configs={
+            f"{voter.node_id}.json": runner_config(voter, plan, data_root, remote, demo)
+            for voter in plan.voters
+        },
+        worker_config=worker_config(plan, data_root),
+        credentials=fresh_credentials(token),
+        plan=plan,
+    )

@@ -1,0 +1,97 @@
+"""The README that ``appliance cluster init`` writes next to the configs: how to start and look."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from appliance.cluster_init.layout import ENV_NAMES, WORKER_ID, ClusterFiles
+
+ENV_FILE = "cluster.env"
+WORKER_FILE = "worker.json"
+
+
+def render_readme(files: ClusterFiles, out_dir: Path) -> str:
+    plan = files.plan
+    first = plan.voters[0]
+    some_voter = next(iter(files.runner_configs.values()))
+    expires_at = some_voter["remote"]["expires_at"]
+    here = shlex.quote(str(out_dir))
+    count = len(plan.voters)
+    title = f"{count} voter{'s' if count > 1 else ''}"
+    demo = (
+        "The demo schedule runs every minute; its line appears in the owner's decision log as an "
+        "`outcome` event (`Succeeded`)."
+        if some_voter["schedules"]
+        else "No schedule was written: create one with `appliance admin create FILE`."
+    )
+    variables = "\n".join(f"- `{name}`" for name in ENV_NAMES.values())
+    voters = "\n".join(
+        f"| {v.node_id} | `{v.node_id}.json` | {v.cluster_port} | {v.admission_port} "
+        f"| {v.management_port} |"
+        for v in plan.voters
+    )
+    starts = "\n".join(
+        f"    cd {here} && . ./{ENV_FILE} && appliance runner {v.node_id}.json" for v in plan.voters
+    )
+    checks = "\n".join(
+        f"    appliance admin config check {v.node_id}.json --check-env" for v in plan.voters
+    )
+    return f"""# A loopback cluster of {title} and one worker
+
+Written by `appliance cluster init`. Every process listens on 127.0.0.1 only.
+
+| voter | config | cluster port | admission port | management port |
+|---|---|---|---|---|
+{voters}
+
+The worker (`{WORKER_ID}`, config `{WORKER_FILE}`) listens on 127.0.0.1:{plan.worker_port}.
+Stores live under `{out_dir / "data"}`. The worker's grant (`remote.expires_at`, sealed in the
+contract) expires at {expires_at}; after that no occurrence is admitted.
+
+## Credentials
+
+`{ENV_FILE}` (mode 0600) holds five fresh, distinct credentials, one per role (admission,
+cluster, worker, operator, recovery):
+
+{variables}
+
+The configs only name these variables. Keep the file private; anyone who reads it can operate
+the cluster. Every process below needs it in its environment: `. ./{ENV_FILE}` exports them.
+
+## Check
+
+    cd {here} && . ./{ENV_FILE}
+{checks}
+    appliance admin config check {WORKER_FILE} --worker --check-env
+
+Every voter must print the same `contract digest`.
+
+## Start
+
+One terminal per process (or a process supervisor). The voters elect a leader once a majority
+is up; start the worker in its own terminal:
+
+{starts}
+    cd {here} && . ./{ENV_FILE} && appliance worker --config {WORKER_FILE}
+
+With the zipapp, replace `appliance` by `python appliance.pyz` (see docs/packaging.md).
+
+## Look
+
+    cd {here} && . ./{ENV_FILE}
+    appliance admin status --addr 127.0.0.1:{first.management_port}
+    appliance admin list --addr 127.0.0.1:{first.management_port}
+
+`status` answers on the voter that holds ownership; another voter answers 409 and names the
+leader it knows: ask that voter's management port instead.
+
+{demo}
+
+## Stop and start again
+
+Ctrl-C (or SIGTERM) stops a process cleanly; starting it again resumes from its store. Do not
+edit the sealed parts of the configs (voters, limits, schedules, remote) after the first start:
+the stores remember the contract digest and refuse a config that disagrees. To start over, stop
+everything and delete `{out_dir / "data"}`.
+"""
