@@ -1,0 +1,56 @@
+"""The claim's binding as the wire protocol writes it (docs/protocol.md, "The binding").
+
+The binding names namespace, schedule, occurrence, attempt, owner/epoch, worker, payload digest
+(SHA-256 of the code) and the execution authority; the worker launches nothing whose binding
+differs in any field from the one admitted. It is built once, by the owner, when it claims.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+from appliance.config.rfc3339 import format_utc
+from appliance.config.runner import RemoteConfig
+
+
+def payload_sha256(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def execution_id(schedule_id: int, occurrence_id: int, attempt: int) -> str:
+    """The worker's id for an invocation (derived, so a lost exec answer can still observe it)."""
+    return f"s{schedule_id}-o{occurrence_id}-a{attempt}"
+
+
+def make_binding(
+    remote: RemoteConfig,
+    *,
+    schedule_id: int,
+    schedule_name: str | None,
+    occurrence_id: int,
+    attempt: int,
+    owner: str,
+    epoch: int,
+    code: str,
+    due_s: int,
+) -> dict[str, Any]:
+    return {
+        "namespace": remote.namespace,
+        "schedule_id": schedule_id,
+        "schedule_name": schedule_name,
+        "occurrence_id": occurrence_id,
+        "attempt": attempt,
+        "owner": owner,
+        "epoch": epoch,
+        "worker_id": remote.worker_id,
+        "payload_sha256": payload_sha256(code),
+        "due_time": format_utc(datetime.fromtimestamp(due_s, UTC)),
+        "authority": {
+            "expires_at": format_utc(remote.expires_at),
+            "timeout_seconds": remote.timeout_seconds,
+            "heap_mb": remote.heap_mb,
+            "session": remote.session,
+        },
+    }

@@ -1,0 +1,109 @@
+"""The replicated state machine of one voter: the apply hook, the durable checkpoint, reads.
+
+Theory of operation: Raft hands every committed command to :meth:`Machine.apply` in index order,
+on the driver thread. Apply is the core's pure ``apply(state, command)``; what it touched is then
+written to the store in one durable transition together with the applied index, so a restart
+resumes from exactly the state that was acknowledged. A command the core refuses (a failed
+compare-and-set) changes nothing and is *reported*, not raised: a refusal is an ordinary, replicated
+result, identical on every voter, and raising would stop the Raft driver.
+
+Every read of the state from another thread (the loop, the admission route, ``list``) happens under
+:attr:`Machine.lock`, which apply holds while it mutates; nobody holds it while waiting for Raft.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from appliance.core import state as core
+from appliance.core.errors import CoreError
+from appliance.core.limits import Limits
+from appliance.store.runner_store import RunnerStore
+from appliance.store.versions import READER_VERSION_CANCELLING
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """The command applied; ``value`` is the core's result."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The command was committed but the core refused it (nothing changed)."""
+
+    error: CoreError
+
+    @property
+    def message(self) -> str:
+        return str(self.error)
+
+
+def encode_command(command: Any) -> bytes:
+    return json.dumps(core.command_to_json(command), separators=(",", ":"), sort_keys=True).encode()
+
+
+def decode_command(data: bytes) -> Any:
+    return core.command_from_json(json.loads(data))
+
+
+def state_from_parts(limits: Limits, parts: dict[str, bytes]) -> core.SchedulerState:
+    if not parts:
+        return core.SchedulerState(limits)
+    body = b",".join(b'"' + n.encode() + b'":' + parts[n] for n in sorted(parts))
+    return core.from_json(b"{" + body + b"}")
+
+
+class Machine:
+    def __init__(self, store: RunnerStore | None, limits: Limits) -> None:
+        self.lock = threading.RLock()
+        self._store = store
+        applied, parts = store.load_checkpoint() if store is not None else (0, {})
+        self.applied_index = applied
+        self.state = state_from_parts(limits, parts)
+        self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
+
+    def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
+        """``listener(index, command, result)`` after every apply, on the driver thread."""
+        self._listeners.append(listener)
+
+    def apply(self, index: int, data: bytes) -> Accepted | Refused:
+        with self.lock:
+            try:
+                command = decode_command(data)
+                applied = core.apply(self.state, command)
+            except CoreError as err:
+                command = None
+                result: Accepted | Refused = Refused(err)
+                upserts: dict[str, bytes] = {}
+                deletes: frozenset[str] = frozenset()
+            else:
+                result = Accepted(applied.value)
+                upserts = {name: self.state.part_bytes(name) for name in applied.touched}
+                deletes = applied.deleted
+            if self._store is not None:
+                self._store.save_transition(
+                    index, upserts, deletes, min_reader_version=self._reader_version()
+                )
+            self.applied_index = index
+        for listener in self._listeners:
+            listener(index, command, result)
+        return result
+
+    def _reader_version(self) -> int | None:
+        # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
+        needs = getattr(core, "needs_cancelling_reader", None)
+        if needs is None or not needs(self.state):
+            return None
+        return READER_VERSION_CANCELLING
+
+    def read(self, fn: Callable[[core.SchedulerState], T]) -> T:
+        with self.lock:
+            return fn(self.state)

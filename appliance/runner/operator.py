@@ -1,0 +1,101 @@
+"""Operator commands (seeds/001: one JSON object per stdin line) and their replies.
+
+Theory of operation: ``parse_operator`` validates one command document strictly (exact fields
+per action, unknown fields refused) into an ``OperatorCommand``; the runner loop executes it
+and answers one JSON reply. Replies mirror the management HTTP statuses: ``{"ok": true, ...}`` on
+success; otherwise ``{"ok": false, "status": 400|409|503, "error": {"code", "message"}}`` — 409
+when this voter is not the acquired owner (with the leader it knows), 503 with
+``"outcome": "uncertain", "retry_safe": false`` when a mutation may or may not have committed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+LINE_BYTES_MAX: Final = 256 * 1024  # a 64 KiB definition, escaped, fits
+ACTIONS: Final = {
+    "status": (),
+    "list": (),
+    "create": ("definition",),
+    "disable": ("id",),
+    "delete": ("id",),
+    "cancel": ("occurrence_id",),
+    "acknowledge_stopped": ("occurrence_id", "dispatcher_and_work_quiesced"),
+}
+MUTATIONS: Final = frozenset({"create", "disable", "delete", "cancel", "acknowledge_stopped"})
+
+
+class OperatorError(Exception):
+    def __init__(self, status: int, code: str, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.fields = fields
+
+    def reply(self) -> dict[str, Any]:
+        return error_reply(self.status, self.code, self.message, **self.fields)
+
+
+@dataclass(frozen=True)
+class OperatorCommand:
+    action: str
+    args: dict[str, Any]
+
+
+def error_reply(status: int, code: str, message: str, **fields: Any) -> dict[str, Any]:
+    reply: dict[str, Any] = {"ok": False, "status": status}
+    error: dict[str, Any] = {"code": code, "message": message}
+    for key, value in fields.items():
+        if key in ("outcome", "retry_safe", "accepted"):
+            reply[key] = value
+        else:
+            error[key] = value
+    reply["error"] = error
+    return reply
+
+
+def _id(value: Any, name: str) -> int:
+    if type(value) is not int or value < 1:
+        raise OperatorError(400, "invalid_command", f"{name}: must be a positive integer id")
+    return value
+
+
+def parse_operator(line: str | bytes) -> OperatorCommand:
+    if len(line) > LINE_BYTES_MAX:
+        raise OperatorError(413, "too_large", f"a command line is at most {LINE_BYTES_MAX} bytes")
+    try:
+        document = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        raise OperatorError(400, "invalid_json", "a command is one JSON object per line") from None
+    if not isinstance(document, dict):
+        raise OperatorError(400, "invalid_command", "a command must be a JSON object")
+    action = document.get("action")
+    if not isinstance(action, str) or action not in ACTIONS:
+        raise OperatorError(
+            400, "invalid_command", f"action: must be one of {', '.join(sorted(ACTIONS))}"
+        )
+    expected = ACTIONS[action]
+    for key in document:
+        if key != "action" and key not in expected:
+            raise OperatorError(400, "invalid_command", f"{key}: unknown field for {action}")
+    for key in expected:
+        if key not in document:
+            raise OperatorError(400, "invalid_command", f"{key}: required for {action}")
+    args = {k: v for k, v in document.items() if k != "action"}
+    if action in ("disable", "delete"):
+        _id(args["id"], "id")
+    if action in ("cancel", "acknowledge_stopped"):
+        _id(args["occurrence_id"], "occurrence_id")
+    if action == "acknowledge_stopped" and args["dispatcher_and_work_quiesced"] is not True:
+        raise OperatorError(
+            400,
+            "attestation_required",
+            "dispatcher_and_work_quiesced: must be exactly true (attest that the old dispatcher "
+            "cannot submit and the accepted work has stopped)",
+        )
+    if action == "create" and not isinstance(args["definition"], dict):
+        raise OperatorError(400, "invalid_command", "definition: must be an object")
+    return OperatorCommand(action, args)

@@ -1,0 +1,120 @@
+"""Ownership, claims and admission: how the loop uses the core's ownership commands.
+
+Theory of operation (SPEC §6 "Ownership", "Admission"; the rules live in appliance.core.ownership
+and appliance.core.admission): after the term barrier the new leader commits
+``AcquireOwnership`` — a new epoch, and in the same apply the takeover (older-epoch attempts
+without a permit are fenced and return to Pending as the next attempt; attempts with a permit are
+listed for re-observation, Cancelling ones for resumption). On a new store the first owner then
+commits ``SeedInitialSchedules``. Claims carry the full binding (``ClaimOccurrence``); admission
+is the committed ``Admit`` compare-and-set, answered only after its commit. This module turns
+those commands and their results into what the loop and the admission route need.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from appliance.core import state as core
+from appliance.core.binding import Invocation, binding_from_json, binding_to_json
+from appliance.core.errors import CoreError
+from appliance.core.occurrence import Occurrence
+from appliance.runner.machine import Accepted, Refused
+
+if TYPE_CHECKING:
+    from appliance.runner.loop import Runner, Work
+
+
+@dataclass(frozen=True)
+class Acquired:
+    epoch: int
+    reobserve: tuple[int, ...]
+    resume_cancelling: tuple[int, ...]
+    fenced: tuple[int, ...] = ()
+
+
+class OwnershipRefused(CoreError):
+    """The ownership transition was committed but refused (e.g. a stale term)."""
+
+
+def acquire(runner: Runner, at_s: int) -> Acquired:
+    """Commit ownership (and, on a new store, the initial schedules); raise on failure."""
+    result = runner._propose(core.AcquireOwnership(runner.node_id, runner.term, at_s))
+    if isinstance(result, Refused):
+        raise OwnershipRefused(result.message)
+    takeover: core.Takeover = result.value
+    if takeover.needs_seed:
+        seeded = runner._propose(core.SeedInitialSchedules(tuple(runner.cfg.schedules), at_s))
+        if isinstance(seeded, Refused):
+            runner.log.emit("initial_schedules_refused", reason=seeded.message)
+        else:
+            runner.log.emit("initial_schedules", ids=list(seeded.value))
+    return Acquired(
+        takeover.epoch,
+        tuple(takeover.reobserve),
+        tuple(takeover.resume_cancelling),
+        tuple(oid for oid, _attempt in takeover.fenced),
+    )
+
+
+def binding_of(runner: Runner, record: Occurrence) -> dict[str, Any] | None:
+    """The committed claim's binding of the record's current attempt, as wire JSON."""
+    admission = runner.machine.read(lambda st: core.admission_record(st, record.id))
+    claim = None if admission is None else admission.claim_for(record.attempt)
+    return None if claim is None else binding_to_json(claim)
+
+
+def claim_command(runner: Runner, record: Occurrence, binding: dict[str, Any], at_s: int) -> Any:
+    return core.ClaimOccurrence(
+        record.id, record.attempt, binding["epoch"], binding_from_json(binding), at_s
+    )
+
+
+def permit_may_exist(runner: Runner, work: Work) -> bool:
+    return permit_may_exist_for(runner, work.occurrence_id, work.attempt)
+
+
+def permit_may_exist_for(runner: Runner, occurrence_id: int, attempt: int) -> bool:
+    admission = runner.machine.read(lambda st: core.admission_record(st, occurrence_id))
+    return admission is not None and admission.permit_for(attempt) is not None
+
+
+def invocation_of(runner: Runner, record: Occurrence) -> Invocation:
+    return Invocation(runner.cfg.remote.namespace, record.schedule_id, record.id, record.attempt)
+
+
+def mark_unknown_command(runner: Runner, record: Occurrence, reason: str, at_s: int) -> Any:
+    return core.MarkUnknown(invocation_of(runner, record), reason, at_s)
+
+
+def fence_after_cancel_command(runner: Runner, record: Occurrence, at_s: int) -> Any:
+    return core.FenceAfterCancel(invocation_of(runner, record), at_s)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+def admit_command(
+    binding: dict[str, Any], incarnation: str, at_s: int
+) -> Any | tuple[int, dict[str, Any]]:
+    """The ``Admit`` command to propose, or a definite 403 answer for a malformed binding."""
+    try:
+        parsed = binding_from_json(binding)
+    except CoreError as err:
+        return 403, _error("binding_mismatch", str(err))
+    return core.Admit(parsed, incarnation, at_s)
+
+
+def admit_answer(result: Accepted | Refused) -> tuple[int, dict[str, Any]]:
+    """The admission route's answer for a committed ``Admit``: the permit, or 403 with a code."""
+    if isinstance(result, Refused):
+        code = getattr(result.error, "code", None)
+        if not isinstance(result.error, core.AdmissionRefused) or not isinstance(code, str):
+            code = "binding_mismatch"  # a malformed request for a permit: refused, definitely
+        return 403, _error(code, result.message)
+    granted: core.Granted = result.value
+    body: dict[str, Any] = {"permit": core.permit_to_json(granted)}
+    if granted.existing:
+        body["existing"] = True
+    return 200, body

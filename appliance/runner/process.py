@@ -1,0 +1,247 @@
+"""``appliance runner CONFIG.json``: start-up, the stdin command reader, and graceful shutdown.
+
+Start-up, in this order, each step failing closed with a message that names the problem:
+
+1. ``--time-scale`` is refused unless ``APPLIANCE_TESTING=1`` (exit 2);
+2. the config is loaded and validated (every problem printed with its field path, exit 2), the
+   credentials are resolved from the named variables (missing or reused: exit 2), and a grant
+   expiry that is past or near is warned about;
+3. the store is opened with the sealed contract (``migrations_guard`` refusal: exit 1);
+4. the Raft member (cluster listener, peer transport, replication — single voter without peers),
+   the admission listener and the runner loop start; a ``started`` log line names the addresses.
+
+Operator commands are read from stdin, one JSON object per line, each answered with one JSON
+line on stdout; EOF stops reading and leaves scheduling running. SIGINT/SIGTERM drain: scheduling
+stops, admission stays available while observation and cancellation tasks finish (bounded by
+``DRAIN_S``), then the listeners and the store close and the process exits 0. A fatal error of
+the Raft driver stops the process with exit 1.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any, Final, TextIO
+
+from appliance.config.contract import contract_digest, sealed_contract
+from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
+from appliance.config.rfc3339 import format_utc
+from appliance.config.runner import RunnerConfig, load_runner_config
+from appliance.core.errors import InvalidConfig
+from appliance.http import HttpServer
+from appliance.replication.raft_member import RaftMember
+from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
+from appliance.runner.clock import Clock, ScaledClock, SystemClock
+from appliance.runner.logs import DecisionLog
+from appliance.runner.loop import Runner
+from appliance.runner.machine import Machine
+from appliance.runner.operator import OperatorError, parse_operator
+from appliance.runner.worker_client import WorkerClient
+from appliance.store.errors import StoreError
+from appliance.store.runner_store import RunnerStore
+
+DRAIN_S: Final = 10.0
+EXPIRY_WARNING_S: Final = 24 * 3600
+TESTING_ENV: Final = "APPLIANCE_TESTING"
+
+
+def _fail(stream: TextIO, message: str) -> None:
+    print(f"appliance runner: {message}", file=stream, flush=True)
+
+
+def make_clock(time_scale: float | None, environ: Mapping[str, str]) -> Clock:
+    """The injected wall clock; ``ValueError`` when scaling is asked for outside testing."""
+    if time_scale is None:
+        return SystemClock()
+    if environ.get(TESTING_ENV) != "1":
+        raise ValueError(f"--time-scale is for tests only: it needs {TESTING_ENV}=1")
+    return ScaledClock(time_scale)
+
+
+def expiry_warning(cfg: RunnerConfig, now_s: float) -> str | None:
+    left_s = cfg.remote.expires_at.timestamp() - now_s
+    when = format_utc(cfg.remote.expires_at)
+    if left_s <= 0:
+        return f"remote.expires_at ({when}) has passed: no permit will be granted"
+    if left_s <= EXPIRY_WARNING_S:
+        return f"remote.expires_at ({when}) is less than 24 hours away"
+    return None
+
+
+class RunnerProcess:
+    """Everything one voter runs; ``start()`` then ``stop()``."""
+
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        credentials: RunnerCredentials,
+        store: RunnerStore,
+        clock: Clock,
+        log: DecisionLog,
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.log = log
+        self.fatal: BaseException | None = None
+        self.stopping = threading.Event()
+        self.machine = Machine(store, cfg.limits)
+        self.member = RaftMember(
+            cfg,
+            credentials,
+            store,
+            self.machine.apply,
+            contract_digest=contract_digest(cfg),
+            applied_index=self.machine.applied_index,
+            on_fatal=self._on_fatal,
+        )
+        self.worker = WorkerClient(cfg.remote.url.url, credentials.worker)
+        self.runner = Runner(
+            cfg=cfg,
+            machine=self.machine,
+            replication=self.member.replication,
+            worker=self.worker,
+            clock=clock,
+            log=log,
+        )
+        known = {
+            "admission": credentials.admission,
+            "cluster": credentials.cluster,
+            "worker": credentials.worker,
+            "operator": credentials.operator,
+            "recovery": credentials.recovery,
+        }
+        self.admission = HttpServer(
+            create_admission_app(self.runner.admit, known),
+            host=cfg.admission_addr.host,
+            port=cfg.admission_addr.port,
+            name=f"admission {cfg.node_id}",
+            body_bytes_max=BODY_BYTES_MAX,
+        )
+        self.management: Any = None
+        if cfg.management is not None:
+            from appliance.runner.management.wiring import ManagementService
+
+            self.management = ManagementService(cfg, credentials, self.runner)
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self.log.emit("fatal", error=repr(exc))
+        self.stopping.set()
+
+    def start(self) -> None:
+        self.member.start()
+        self.admission.start()
+        self.runner.start()
+        if self.management is not None:
+            self.management.start()
+        self.log.emit(
+            "started",
+            management_addr=None if self.management is None else str(self.cfg.management.addr),
+            cluster_addr=str(self.cfg.own_addr),
+            admission_addr=f"{self.admission.host}:{self.admission.port}",
+            voters=sorted(self.cfg.voters),
+            time_scale=self.runner.clock.time_scale,
+        )
+
+    def stop(self, drain_s: float = DRAIN_S) -> None:
+        # No new operator commands; admission stays up while the loop drains its tasks.
+        if self.management is not None:
+            self.management.stop()
+        self.runner.drain_and_stop(drain_s)
+        self.admission.stop()
+        self.member.stop()
+        self.worker.close()
+        self.store.close()
+        self.log.emit("stopped")
+
+
+def answer_line(runner: Runner, line: str) -> dict[str, Any]:
+    """One operator command line in, one reply out (parse errors are replies too)."""
+    try:
+        return runner.operator(parse_operator(line))
+    except OperatorError as err:
+        return err.reply()
+
+
+def read_commands(process: RunnerProcess, stdin: TextIO, stdout: TextIO) -> None:
+    """One JSON command per line in, one JSON reply per line out; EOF just returns."""
+    lock = threading.Lock()
+    for line in stdin:
+        if process.stopping.is_set():
+            return
+        if not line.strip():
+            continue
+        reply = answer_line(process.runner, line)
+        text = json.dumps(reply, separators=(",", ":"), ensure_ascii=False, default=str)
+        with lock:
+            try:
+                stdout.write(text + "\n")
+                stdout.flush()
+            except (OSError, ValueError):
+                return
+
+
+def run_runner(
+    config_path: str,
+    *,
+    time_scale: float | None,
+    environ: Mapping[str, str],
+    stdin: TextIO,
+    stdout: TextIO,
+    stderr: TextIO,
+) -> int:
+    try:
+        clock = make_clock(time_scale, environ)
+    except ValueError as err:
+        _fail(stderr, str(err))
+        return 2
+    try:
+        cfg = load_runner_config(config_path)
+        credentials = resolve_runner_credentials(cfg, environ)
+    except InvalidConfig as exc:
+        for path, message in exc.problems:
+            _fail(stderr, f"config: {path}: {message}")
+        return 2
+    log = DecisionLog(cfg.node_id, stderr)
+    warning = expiry_warning(cfg, clock.now_s())
+    if warning is not None:
+        log.emit("grant_expiry_warning", message=warning)
+    try:
+        store = RunnerStore.create_or_open(
+            cfg.data_dir, contract=sealed_contract(cfg), contract_digest=contract_digest(cfg)
+        )
+    except StoreError as exc:
+        _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
+        return 1
+    try:
+        process = RunnerProcess(cfg, credentials, store, clock, log)
+        process.start()
+    except Exception as exc:
+        store.close()
+        _fail(stderr, f"cannot start: {exc}")
+        return 1
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: process.stopping.set())
+    reader = threading.Thread(
+        target=read_commands, args=(process, stdin, stdout), name="stdin", daemon=True
+    )
+    reader.start()
+    process.stopping.wait()
+    log.emit("shutdown", at=format_utc(datetime.fromtimestamp(int(clock.now_s()), UTC)))
+    process.stop()
+    return 1 if process.fatal is not None else 0
+
+
+def main_stdio(config_path: str, time_scale: float | None, environ: Mapping[str, str]) -> int:
+    return run_runner(
+        config_path,
+        time_scale=time_scale,
+        environ=environ,
+        stdin=sys.stdin,
+        stdout=sys.stdout,
+        stderr=sys.stderr,
+    )

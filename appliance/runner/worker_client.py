@@ -1,0 +1,149 @@
+"""The runner's side of wire protocol 1 towards the worker: exec, observe, cancel.
+
+See docs/protocol.md.
+
+Theory of operation: each call makes exactly one request with the remote bearer through the shared
+``HttpClient`` (no redirects, no automatic retries, bounded connect and read timeouts) and
+classifies the answer into a small frozen result the loop can act on without knowing HTTP:
+
+- ``ExecResult.kind``: ``accepted`` (202, or 200 for an invocation the worker already knows),
+  ``refused`` (403: definite refusal before any permit was consumed), ``uncertain`` (anything
+  else: a 503, a timeout, a dropped connection, a malformed answer — the attempt may have run).
+- ``ObserveResult``: the execution's ``status`` or ``None`` with the reason it could not be read.
+- ``CancelResult.result``: the worker's ``result`` field, or ``None`` when the call failed.
+
+The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but still classified
+``uncertain`` for exec: the issue asks that an unreachable worker makes the attempt Unknown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from appliance.config.credentials import Secret
+from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
+
+PROTOCOL_VERSION: Final = 1
+EXEC_PATH: Final = "/api/scheduled/v1/exec"
+EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/"
+CANCEL_PATH: Final = "/api/scheduled/v1/cancel"
+RESPONSE_BYTES_MAX: Final = 512 * 1024
+CONNECT_TIMEOUT_MS: Final = 2_000
+EXEC_READ_TIMEOUT_MS: Final = 30_000  # exec waits for the admission commit and the submit
+OBSERVE_READ_TIMEOUT_MS: Final = 5_000
+CANCEL_READ_TIMEOUT_MS: Final = 30_000  # the worker waits for the child to be reaped
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    kind: str  # accepted | refused | uncertain
+    execution_id: str | None = None
+    code: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ObserveResult:
+    status: str | None  # reserved, running, completed, failed, timed_out, cancelled, lost, fenced
+    document: dict[str, Any] | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    result: str | None  # fenced_before_consume, stopped, completed, stopping, unknown
+    report: dict[str, Any] | None = None
+    detail: str = ""
+
+
+def _body(document: dict[str, Any]) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _json(raw: bytes) -> dict[str, Any] | None:
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(value, dict) or value.get("protocol") != PROTOCOL_VERSION:
+        return None
+    return value
+
+
+def _error_code(document: dict[str, Any] | None) -> str:
+    if document is None:
+        return "no_error_code"
+    error = document.get("error")
+    if isinstance(error, dict) and isinstance(error.get("code"), str):
+        return error["code"][:64]
+    return "no_error_code"
+
+
+class WorkerClient:
+    def __init__(self, origin_url: str, bearer: Secret, client: HttpClient | None = None) -> None:
+        self._origin = origin_url.rstrip("/")
+        self._bearer = bearer
+        self._client = client or HttpClient(connect_timeout_ms=CONNECT_TIMEOUT_MS)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _post(self, path: str, document: dict[str, Any], read_timeout_ms: int) -> Any:
+        return self._client.post(
+            self._origin + path,
+            _body(document),
+            headers={"Content-Type": "application/json"},
+            bearer=self._bearer,
+            read_timeout_ms=read_timeout_ms,
+            response_bytes_max=RESPONSE_BYTES_MAX,
+        )
+
+    def execute(self, binding: dict[str, Any], code: str) -> ExecResult:
+        document = {"protocol": PROTOCOL_VERSION, "binding": binding, "code": code}
+        try:
+            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS)
+        except ConnectFailed as exc:
+            return ExecResult("uncertain", detail=f"worker unreachable: {exc.reason}")
+        except AmbiguousSend as exc:
+            return ExecResult("uncertain", detail=f"ambiguous send: {exc.reason}")
+        answer = _json(response.body)
+        if response.status in (200, 202) and answer is not None:
+            execution_id = answer.get("execution_id")
+            if isinstance(execution_id, str):
+                return ExecResult("accepted", execution_id, detail=str(answer.get("state")))
+        if response.status == 403:
+            return ExecResult("refused", code=_error_code(answer), detail="worker refused")
+        return ExecResult(
+            "uncertain",
+            code=_error_code(answer),
+            detail=f"worker answered HTTP {response.status}",
+        )
+
+    def observe(self, execution_id: str) -> ObserveResult:
+        try:
+            response = self._client.get(
+                self._origin + EXECUTIONS_PATH + execution_id,
+                bearer=self._bearer,
+                read_timeout_ms=OBSERVE_READ_TIMEOUT_MS,
+                response_bytes_max=RESPONSE_BYTES_MAX,
+            )
+        except (ConnectFailed, AmbiguousSend) as exc:
+            return ObserveResult(None, detail=exc.reason)
+        answer = _json(response.body)
+        if response.status != 200 or answer is None or not isinstance(answer.get("status"), str):
+            return ObserveResult(None, detail=f"HTTP {response.status} {_error_code(answer)}")
+        return ObserveResult(answer["status"], answer)
+
+    def cancel(self, binding: dict[str, Any]) -> CancelResult:
+        document = {"protocol": PROTOCOL_VERSION, "binding": binding}
+        try:
+            response = self._post(CANCEL_PATH, document, CANCEL_READ_TIMEOUT_MS)
+        except (ConnectFailed, AmbiguousSend) as exc:
+            return CancelResult(None, detail=exc.reason)
+        answer = _json(response.body)
+        if response.status != 200 or answer is None or not isinstance(answer.get("result"), str):
+            return CancelResult(None, detail=f"HTTP {response.status} {_error_code(answer)}")
+        report = answer.get("report")
+        return CancelResult(answer["result"], report if isinstance(report, dict) else None)

@@ -1,0 +1,291 @@
+"""Real processes on loopback for the runner tests: voters (``appliance runner``) and a worker.
+
+Each voter is a ``python -m appliance runner CONFIG.json --time-scale N`` process with its stdin
+and stdout kept open: ``command(node, doc)`` writes one JSON line and waits (bounded) for the one
+reply line. Its stderr (the decision log) goes to a file the test can read on failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+ENV = {
+    "RUNNER_ADMISSION_TOKEN": "admission-token-aaaaaaaaaaaa",
+    "RUNNER_CLUSTER_TOKEN": "cluster-token-bbbbbbbbbbbbbb",
+    "RUNNER_WORKER_TOKEN": "worker-token-cccccccccccccccc",
+    "RUNNER_OPERATOR_TOKEN": "operator-token-dddddddddddd",
+    "APPLIANCE_TESTING": "1",
+}
+REPLY_TIMEOUT_S = 20.0
+# Short Raft timers keep failover in tests well under a second.
+FAST_RAFT = {"heartbeat_ms": 50, "election_timeout_min_ms": 300, "election_timeout_max_ms": 600}
+WAIT_S = 45.0
+
+DEMO = {
+    "name": "every-minute",
+    "code": "console.log('tick')",
+    "cron": "* * * * *",
+    "timezone": "UTC",
+    "policy": {
+        "missed": {"CatchUp": {"cap": 10}},
+        "overlap": "Concurrent",
+        "retry": {"max_retries": 0, "delay_seconds": 0},
+    },
+}
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [int(s.getsockname()[1]) for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Voter:
+    def __init__(self, node_id: str, config: Path, log: Path, time_scale: float) -> None:
+        self.node_id = node_id
+        self.config = config
+        self.log = log
+        self.time_scale = time_scale
+        self.proc: subprocess.Popen[str] | None = None
+        self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        with open(self.log, "a") as err:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "appliance",
+                    "runner",
+                    str(self.config),
+                    "--time-scale",
+                    str(self.time_scale),
+                ],
+                env={**os.environ, **ENV},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        self._replies = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self._replies), daemon=True).start()
+
+    @staticmethod
+    def _read(proc: subprocess.Popen[str], sink: queue.Queue[dict[str, Any]]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            with contextlib.suppress(ValueError):
+                sink.put(json.loads(line))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self, doc: dict[str, Any], timeout_s: float = REPLY_TIMEOUT_S) -> dict[str, Any]:
+        if not self.alive or self.proc is None or self.proc.stdin is None:
+            raise AssertionError(f"{self.node_id} is not running")
+        with self._lock:
+            self.proc.stdin.write(json.dumps(doc) + "\n")
+            self.proc.stdin.flush()
+            return self._replies.get(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def terminate(self, timeout_s: float = 20.0) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+            raise
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+
+class Worker:
+    def __init__(self, root: Path, port: int, admission_ports: list[int]) -> None:
+        self.config = root / "worker.json"
+        self.log = root / "worker.log"
+        self.port = port
+        doc = {
+            "namespace": "ns-test",
+            "worker_id": "worker-1",
+            "data_dir": str(root / "worker-data"),
+            "bearer_env": "RUNNER_WORKER_TOKEN",
+            "admission_bearer_env": "RUNNER_ADMISSION_TOKEN",
+            "admission_urls": [f"http://127.0.0.1:{p}" for p in admission_ports],
+            "listen_addr": f"127.0.0.1:{port}",
+        }
+        self.config.write_text(json.dumps(doc))
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "a") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "appliance", "worker", "--config", str(self.config)],
+                env={**os.environ, **ENV},
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                start_new_session=True,
+            )
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline()
+        if '"ready"' not in ready:
+            raise AssertionError(f"worker did not start: {self.log.read_text()[-2000:]}")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        # The engine children live in the worker's session: leave none behind.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
+
+class Cluster:
+    """``size`` voters (and, with ``worker=True``, one worker) on loopback."""
+
+    def __init__(
+        self,
+        root: Path,
+        size: int = 3,
+        *,
+        time_scale: float = 20.0,
+        schedules: list[dict[str, Any]] | None = None,
+        timeout_seconds: int = 60,
+        worker: bool = False,
+        management_ports: dict[str, int] | None = None,
+        raft: dict[str, int] | None = FAST_RAFT,
+    ) -> None:
+        self.root = root
+        ids = [f"v{i}" for i in range(1, size + 1)]
+        ports = free_ports(2 * size + 1)
+        cluster_ports = dict(zip(ids, ports[:size], strict=True))
+        self.admission_ports = dict(zip(ids, ports[size : 2 * size], strict=True))
+        worker_port = ports[-1]
+        self.voters: dict[str, Voter] = {}
+        for node_id in ids:
+            doc = {
+                "node_id": node_id,
+                "advertise_addr": "127.0.0.1",
+                "cluster_port": cluster_ports[node_id],
+                "peers": [
+                    f"{other}@127.0.0.1:{p}"
+                    for other, p in cluster_ports.items()
+                    if other != node_id
+                ],
+                "data_dir": str(root / node_id),
+                "admission_addr": f"127.0.0.1:{self.admission_ports[node_id]}",
+                "admission_bearer_env": "RUNNER_ADMISSION_TOKEN",
+                "cluster_bearer_env": "RUNNER_CLUSTER_TOKEN",
+                "schedules": schedules or [],
+                "remote": {
+                    "url": f"http://127.0.0.1:{worker_port}",
+                    "bearer_env": "RUNNER_WORKER_TOKEN",
+                    "expires_at": "2099-01-01T00:00:00Z",
+                    "session": "tests",
+                    "timeout_seconds": timeout_seconds,
+                    "heap_mb": 64,
+                    "namespace": "ns-test",
+                    "worker_id": "worker-1",
+                },
+            }
+            if raft is not None:
+                doc["raft"] = raft
+            if management_ports and node_id in management_ports:
+                doc["management"] = {
+                    "addr": f"127.0.0.1:{management_ports[node_id]}",
+                    "bearer_env": "RUNNER_OPERATOR_TOKEN",
+                }
+            config = root / f"{node_id}.json"
+            config.write_text(json.dumps(doc))
+            self.voters[node_id] = Voter(node_id, config, root / f"{node_id}.log", time_scale)
+        self.cluster_ports = cluster_ports
+        self.worker = Worker(root, worker_port, list(self.admission_ports.values()))
+        self.with_worker = worker
+
+    def start(self) -> Cluster:
+        if self.with_worker:
+            self.worker.start()
+        for voter in self.voters.values():
+            voter.start()
+        return self
+
+    def stop(self) -> None:
+        for voter in self.voters.values():
+            with contextlib.suppress(Exception):
+                voter.terminate()
+        self.worker.stop()
+
+    def owner(self, exclude: tuple[str, ...] = ()) -> Voter:
+        """The voter whose ``status`` identifies acquired ownership (waits for one)."""
+
+        def find() -> Voter | None:
+            for voter in self.voters.values():
+                if voter.node_id in exclude or not voter.alive:
+                    continue
+                reply = voter.command({"action": "status"})
+                if reply.get("ok"):
+                    return voter
+            return None
+
+        return wait_for(find, "an acquired owner")
+
+    def dump_logs(self) -> str:
+        parts = []
+        for path in sorted(self.root.glob("*.log")):
+            parts.append(f"==== {path.name}\n{path.read_text()[-4000:]}")
+        return "\n".join(parts)
