@@ -1,0 +1,255 @@
+"""Raft messages to and from bytes: a small fixed binary framing (SPEC §5).
+
+Why binary: a full replication batch holds up to 12 MiB of payload and must fit the 16 MiB body
+cap; base64 inside JSON would grow it to 16 MiB before any framing. Here a batch costs 20 bytes
+per entry plus a header under 300 bytes, so the largest legal batch is about 12 MiB + 1 KiB.
+
+Layout (all integers big-endian, unsigned):
+
+    header   b"RAFT" | version u8 (=1) | kind u8 | digest (u8 len + ASCII)
+             | sender (u8 len + ASCII) | to (u8 len + ASCII) | term u64
+    1 VoteRequest        last_log_index u64 | last_log_term u64 | pre_vote u8
+    2 VoteResponse       granted u8 | pre_vote u8
+    3 AppendRequest      prev_index u64 | prev_term u64 | commit u64 | count u32
+                         then per entry: index u64 | term u64 | length u32 | payload
+                         (payload = kind byte + data, exactly what the store keeps)
+    4 AppendResponse     success u8 | index u64 | hint_index u64 | hint_term u64
+    5 Heartbeat          commit u64 | read_seq u64
+    6 HeartbeatResponse  read_seq u64
+
+Every message carries the sender's contract digest; ``decode`` refuses a different one with
+``DigestMismatch`` (the transport logs it loudly). Anything else malformed — truncated, trailing
+bytes, unknown kind, a bool that is not 0/1, a bad node id, entries that are not contiguous after
+prev_index or newer than the message term, more than 32 entries or 12 MiB of payload, a body over
+16 MiB — raises ``CodecError`` and yields nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from appliance.raft.errors import CodecError, DigestMismatch, RaftInvariantError
+from appliance.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from appliance.raft.validation import NODE_ID_PATTERN
+
+MiB = 1024 * 1024
+BODY_BYTES_MAX = 16 * MiB
+BATCH_ENTRIES_MAX = 32
+BATCH_PAYLOAD_BYTES_MAX = 12 * MiB
+DIGEST_BYTES_MAX = 128
+MAGIC = b"RAFT"
+VERSION = 1
+
+_KIND_OF = {
+    VoteRequest: 1,
+    VoteResponse: 2,
+    AppendRequest: 3,
+    AppendResponse: 4,
+    Heartbeat: 5,
+    HeartbeatResponse: 6,
+}
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+_ENTRY_HEAD = struct.Struct(">QQI")
+_U64_MAX = 2**64 - 1
+
+
+def _text(value: str, what: str) -> bytes:
+    raw = value.encode("ascii", errors="strict") if value.isascii() else b""
+    if not raw or len(raw) > 255:
+        raise CodecError(f"{what} must be 1-255 ASCII characters, got {value!r}")
+    return bytes((len(raw),)) + raw
+
+
+def _u64(value: int, what: str) -> bytes:
+    if not 0 <= value <= _U64_MAX:
+        raise CodecError(f"{what} out of range: {value}")
+    return _U64.pack(value)
+
+
+def encode(message: Message, digest: str) -> bytes:
+    """Bytes for ``message``, stamped with our contract ``digest``."""
+    kind = _KIND_OF.get(type(message))
+    if kind is None:
+        raise CodecError(f"cannot encode {type(message).__name__}")
+    if len(digest) > DIGEST_BYTES_MAX:
+        raise CodecError(f"digest longer than {DIGEST_BYTES_MAX} characters")
+    parts = [
+        MAGIC,
+        bytes((VERSION, kind)),
+        _text(digest, "digest"),
+        _text(message.sender, "sender"),
+        _text(message.to, "to"),
+        _u64(message.term, "term"),
+    ]
+    if isinstance(message, VoteRequest):
+        parts += [
+            _u64(message.last_log_index, "last_log_index"),
+            _u64(message.last_log_term, "last_log_term"),
+            bytes((message.pre_vote,)),
+        ]
+    elif isinstance(message, VoteResponse):
+        parts.append(bytes((message.granted, message.pre_vote)))
+    elif isinstance(message, AppendRequest):
+        entries = message.entries
+        if len(entries) > BATCH_ENTRIES_MAX:
+            raise CodecError(f"batch of {len(entries)} entries exceeds {BATCH_ENTRIES_MAX}")
+        payload_bytes = sum(e.payload_bytes for e in entries)
+        if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
+            raise CodecError(f"batch payload {payload_bytes} exceeds {BATCH_PAYLOAD_BYTES_MAX}")
+        parts += [
+            _u64(message.prev_index, "prev_index"),
+            _u64(message.prev_term, "prev_term"),
+            _u64(message.commit, "commit"),
+            _U32.pack(len(entries)),
+        ]
+        for entry in entries:
+            payload = entry.payload
+            parts += [_ENTRY_HEAD.pack(entry.index, entry.term, len(payload)), payload]
+    elif isinstance(message, AppendResponse):
+        parts += [
+            bytes((message.success,)),
+            _u64(message.index, "index"),
+            _u64(message.hint_index, "hint_index"),
+            _u64(message.hint_term, "hint_term"),
+        ]
+    elif isinstance(message, Heartbeat):
+        parts += [_u64(message.commit, "commit"), _u64(message.read_seq, "read_seq")]
+    else:
+        parts.append(_u64(message.read_seq, "read_seq"))
+    body = b"".join(parts)
+    if len(body) > BODY_BYTES_MAX:
+        raise CodecError(f"encoded message of {len(body)} bytes exceeds {BODY_BYTES_MAX}")
+    return body
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self._view = memoryview(data)
+        self._at = 0
+
+    def take(self, count: int, what: str) -> bytes:
+        end = self._at + count
+        if end > len(self._view):
+            raise CodecError(f"message truncated while reading {what}")
+        chunk = self._view[self._at : end].tobytes()
+        self._at = end
+        return chunk
+
+    def u8(self, what: str) -> int:
+        return self.take(1, what)[0]
+
+    def u32(self, what: str) -> int:
+        return int(_U32.unpack(self.take(4, what))[0])
+
+    def u64(self, what: str) -> int:
+        return int(_U64.unpack(self.take(8, what))[0])
+
+    def flag(self, what: str) -> bool:
+        value = self.u8(what)
+        if value > 1:
+            raise CodecError(f"{what} must be 0 or 1, got {value}")
+        return value == 1
+
+    def text(self, what: str) -> str:
+        raw = self.take(self.u8(f"{what} length"), what)
+        try:
+            return raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise CodecError(f"{what} is not ASCII") from None
+
+    def node_id(self, what: str) -> str:
+        value = self.text(what)
+        if NODE_ID_PATTERN.fullmatch(value) is None:
+            raise CodecError(f"{what} is not a valid node id: {value!r}")
+        return value
+
+    def finish(self) -> None:
+        if self._at != len(self._view):
+            raise CodecError(f"{len(self._view) - self._at} trailing bytes after the message")
+
+
+def decode(data: bytes, expected_digest: str) -> Message:
+    """The message in ``data``; refuses other digests, malformed and oversized input."""
+    if len(data) > BODY_BYTES_MAX:
+        raise CodecError(f"body of {len(data)} bytes exceeds {BODY_BYTES_MAX}")
+    reader = _Reader(data)
+    if reader.take(4, "magic") != MAGIC:
+        raise CodecError("not a Raft message (bad magic)")
+    version = reader.u8("version")
+    if version != VERSION:
+        raise CodecError(f"unsupported Raft wire version {version}")
+    kind = reader.u8("kind")
+    digest = reader.text("digest")
+    sender = reader.node_id("sender")
+    to = reader.node_id("to")
+    if digest != expected_digest:
+        raise DigestMismatch(sender, digest, expected_digest)
+    term = reader.u64("term")
+    message: Message
+    if kind == 1:
+        message = VoteRequest(
+            sender,
+            to,
+            term,
+            reader.u64("last_log_index"),
+            reader.u64("last_log_term"),
+            reader.flag("pre_vote"),
+        )
+    elif kind == 2:
+        message = VoteResponse(sender, to, term, reader.flag("granted"), reader.flag("pre_vote"))
+    elif kind == 3:
+        message = _decode_append(reader, sender, to, term)
+    elif kind == 4:
+        message = AppendResponse(
+            sender,
+            to,
+            term,
+            reader.flag("success"),
+            reader.u64("index"),
+            reader.u64("hint_index"),
+            reader.u64("hint_term"),
+        )
+    elif kind == 5:
+        message = Heartbeat(sender, to, term, reader.u64("commit"), reader.u64("read_seq"))
+    elif kind == 6:
+        message = HeartbeatResponse(sender, to, term, reader.u64("read_seq"))
+    else:
+        raise CodecError(f"unknown message kind {kind}")
+    reader.finish()
+    return message
+
+
+def _decode_append(reader: _Reader, sender: str, to: str, term: int) -> AppendRequest:
+    prev_index = reader.u64("prev_index")
+    prev_term = reader.u64("prev_term")
+    commit = reader.u64("commit")
+    count = reader.u32("entry count")
+    if count > BATCH_ENTRIES_MAX:
+        raise CodecError(f"batch of {count} entries exceeds {BATCH_ENTRIES_MAX}")
+    entries = []
+    payload_bytes = 0
+    for position in range(count):
+        index, entry_term, length = _ENTRY_HEAD.unpack(reader.take(_ENTRY_HEAD.size, "entry"))
+        payload_bytes += length
+        if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
+            raise CodecError(f"batch payload exceeds {BATCH_PAYLOAD_BYTES_MAX} bytes")
+        if index != prev_index + 1 + position:
+            raise CodecError(f"entry {index} is not contiguous after prev_index {prev_index}")
+        if entry_term > term or entry_term < prev_term:
+            raise CodecError(f"entry {index} has term {entry_term} outside [{prev_term}, {term}]")
+        payload = reader.take(length, "entry payload")
+        try:
+            entries.append(Entry.from_stored(index, entry_term, payload))
+        except RaftInvariantError as exc:
+            raise CodecError(str(exc)) from None
+    return AppendRequest(sender, to, term, prev_index, prev_term, tuple(entries), commit)

@@ -1,0 +1,342 @@
+"""The driver: one thread that owns a RaftNode and does its I/O (thesis §10.2).
+
+Theory of operation. Every input — a message from the transport, a proposal, a read barrier, a
+tick of the monotonic clock — enters one bounded inbox and is consumed by one thread, the only
+one that touches the node. After draining whatever is queued (up to ``drain_max`` inputs) it
+runs the Ready cycle: persist everything in the Ready with ONE ``storage.persist`` call (group
+commit: all proposals and acknowledgements gathered since the last cycle share one fsync), then
+hand messages to the transport, then apply committed entries in index order through the apply
+hook, then ``advance``. Callers on other threads get ``concurrent.futures.Future`` objects.
+
+A proposal's future resolves with the apply hook's result when an entry with the proposal's
+``(term, index)`` is applied, or fails with ``ProposalLost`` when that index is applied with
+another term (the leader was deposed before it committed). A read barrier's future resolves with
+the read index once ``applied >= read index``, or fails with ``NotLeader``.
+
+Anything unexpected on the driver thread (a ``RaftInvariantError``, a storage failure, an apply
+hook that raises) is fatal: the driver stops, fails every waiting future with ``DriverStopped``,
+records the cause in ``fatal`` and calls ``on_fatal`` — the process should exit, not limp on.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
+from appliance.raft.messages import EntryKind, Message
+from appliance.raft.node import RaftNode, Ready, SoftState
+from appliance.raft.storage import LogStorage
+
+log = logging.getLogger(__name__)
+
+ApplyHook = Callable[[int, bytes], Any]  # (index, command) -> result for the proposer
+
+
+class Transport(Protocol):
+    def send(self, message: Message) -> None:
+        """Queue ``message`` for its recipient; never blocks, may drop (Raft tolerates loss)."""
+
+
+class ProposalLost(RaftError):
+    """The proposal's index was committed with another entry: it will never apply."""
+
+
+class DriverStopped(RaftError):
+    """The driver is not running (stopped, or stopped by a fatal error)."""
+
+
+class Overloaded(RaftError):
+    """The driver's inbox is full; try again later."""
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    node_id: str
+    role: str
+    term: int
+    leader_id: str | None
+    commit_index: int
+    applied_index: int
+    last_log_index: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "role": self.role,
+            "term": self.term,
+            "leader_id": self.leader_id,
+            "commit_index": self.commit_index,
+            "applied_index": self.applied_index,
+            "last_log_index": self.last_log_index,
+        }
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        node: RaftNode,
+        storage: LogStorage,
+        transport: Transport,
+        apply: ApplyHook,
+        *,
+        tick_ms: int = 100,
+        inbox_max: int = 8192,
+        drain_max: int = 1024,
+        clock: Callable[[], float] = time.monotonic,
+        on_fatal: Callable[[BaseException], None] | None = None,
+        campaign_at_start: bool = False,
+    ) -> None:
+        if tick_ms < 1:
+            raise ValueError("tick_ms must be positive")
+        self._node = node
+        self._storage = storage
+        self._transport = transport
+        self._apply = apply
+        self._tick_s = tick_ms / 1000
+        self._drain_max = drain_max
+        self._clock = clock
+        self._on_fatal = on_fatal
+        self._campaign_at_start = campaign_at_start
+        self._inbox: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=inbox_max)
+        self._proposals: dict[int, tuple[int, Future[Any]]] = {}  # index -> (term, future)
+        self._reads: dict[int, Future[int]] = {}  # request id -> future
+        self._reads_ready: list[tuple[int, Future[int]]] = []  # (read index, future)
+        self._next_read_id = 0
+        self._subscribers: list[Callable[[SoftState], None]] = []
+        self._lock = threading.Lock()
+        self._status = self._snapshot()
+        self._soft = SoftState(node.role, node.term, node.leader_id)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.fatal: BaseException | None = None
+        self.dropped_inbound = 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("driver already started")
+        self._thread = threading.Thread(target=self._run, name=f"raft-{self._node.id}", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._inbox_put(("wake",), force=True)
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    # -- thread-safe API ---------------------------------------------------------------------
+
+    def deliver(self, message: Message) -> None:
+        """Hand an inbound message to the node (dropped, and counted, if the inbox is full)."""
+        if not self._inbox_put(("message", message)):
+            self.dropped_inbound += 1
+
+    def propose(self, command: bytes) -> Future[Any]:
+        future: Future[Any] = Future()
+        if not self._inbox_put(("propose", bytes(command), future)):
+            future.set_exception(Overloaded("raft inbox full"))
+        return future
+
+    def read_barrier(self) -> Future[int]:
+        """Resolves with an index once this node, still leader, has applied up to it."""
+        future: Future[int] = Future()
+        if not self._inbox_put(("read", future)):
+            future.set_exception(Overloaded("raft inbox full"))
+        return future
+
+    def subscribe(self, callback: Callable[[SoftState], None]) -> None:
+        """Call ``callback(soft_state)`` on the driver thread at every role/term/leader change.
+
+        The callback must not block; it receives the current state once at registration."""
+        self._inbox_put(("subscribe", callback), force=True)
+
+    def status(self) -> NodeStatus:
+        with self._lock:
+            return self._status
+
+    # -- the driver thread ---------------------------------------------------------------------
+
+    def _inbox_put(self, item: tuple[Any, ...], *, force: bool = False) -> bool:
+        if self._stop.is_set() and item[0] != "wake":
+            future = next((x for x in item if isinstance(x, Future)), None)
+            if future is not None:
+                future.set_exception(DriverStopped(str(self.fatal or "driver stopped")))
+            return True
+        try:
+            if force:
+                self._inbox.put(item, timeout=1.0)
+            else:
+                self._inbox.put_nowait(item)
+        except queue.Full:
+            return False
+        return True
+
+    def _run(self) -> None:
+        try:
+            if self._campaign_at_start:
+                self._node.campaign()
+            next_tick = self._clock() + self._tick_s
+            while not self._stop.is_set():
+                timeout_s = max(0.0, next_tick - self._clock())
+                try:
+                    self._handle(self._inbox.get(timeout=timeout_s))
+                    for _ in range(self._drain_max - 1):
+                        self._handle(self._inbox.get_nowait())
+                except queue.Empty:
+                    pass
+                now = self._clock()
+                ticks = 0
+                # A stall is real elapsed time: tick for it, but never more than an election's
+                # worth at once, and do not try to "catch up" beyond that.
+                while now >= next_tick and ticks <= self._node.config.election_ticks_max:
+                    self._node.tick()
+                    next_tick += self._tick_s
+                    ticks += 1
+                if now >= next_tick:
+                    next_tick = now + self._tick_s
+                self._cycle()
+        except BaseException as exc:  # anything escaping the loop must stop the node
+            self._die(exc)
+        else:
+            self._fail_all(DriverStopped("driver stopped"))
+
+    def _handle(self, item: tuple[Any, ...]) -> None:
+        kind = item[0]
+        if kind == "message":
+            self._node.step(item[1])
+        elif kind == "propose":
+            self._propose(item[1], item[2])
+        elif kind == "read":
+            self._read(item[1])
+        elif kind == "subscribe":
+            self._subscribers.append(item[1])
+            item[1](self._soft)
+
+    def _propose(self, command: bytes, future: Future[Any]) -> None:
+        try:
+            term, index = self._node.propose(command)
+        except (NotLeader, ProposalRefused) as exc:
+            future.set_exception(exc)
+            return
+        previous = self._proposals.pop(index, None)
+        if previous is not None:
+            previous[1].set_exception(ProposalLost(f"index {index} was overwritten"))
+        self._proposals[index] = (term, future)
+
+    def _read(self, future: Future[int]) -> None:
+        self._next_read_id += 1
+        try:
+            self._node.read_index(self._next_read_id)
+        except (NotLeader, ReadRefused) as exc:
+            future.set_exception(exc)
+            return
+        self._reads[self._next_read_id] = future
+
+    def _cycle(self) -> None:
+        node = self._node
+        while node.has_ready():
+            ready = node.ready()
+            if ready.must_persist:
+                self._storage.persist(
+                    term=ready.hard_state.term,
+                    voted_for=ready.hard_state.voted_for,
+                    truncate_from=ready.truncate_from,
+                    entries=ready.stored_entries(),
+                )
+            for message in ready.messages:
+                self._transport.send(message)
+            self._apply_committed(ready)
+            for read in ready.reads:
+                future = self._reads.pop(read.request_id, None)
+                if future is not None:
+                    self._reads_ready.append((read.index, future))
+            for request_id in ready.reads_failed:
+                future = self._reads.pop(request_id, None)
+                if future is not None:
+                    future.set_exception(NotLeader(node.leader_id))
+            node.advance(ready)
+            self._publish(ready.soft_state)
+        self._release_reads()
+        with self._lock:
+            self._status = self._snapshot()
+
+    def _apply_committed(self, ready: Ready) -> None:
+        for entry in ready.committed:
+            result = None
+            if entry.kind is EntryKind.NORMAL:
+                result = self._apply(entry.index, entry.data)
+            waiting = self._proposals.pop(entry.index, None)
+            if waiting is None:
+                continue
+            term, future = waiting
+            if term == entry.term:
+                future.set_result(result)
+            else:
+                future.set_exception(ProposalLost(f"index {entry.index} committed another entry"))
+
+    def _release_reads(self) -> None:
+        applied = self._node.applied_index
+        still = []
+        for index, future in self._reads_ready:
+            if index <= applied:
+                future.set_result(index)
+            else:
+                still.append((index, future))
+        self._reads_ready = still
+
+    def _publish(self, soft: SoftState) -> None:
+        if soft == self._soft:
+            return
+        self._soft = soft
+        for callback in self._subscribers:
+            callback(soft)
+
+    def _snapshot(self) -> NodeStatus:
+        node = self._node
+        return NodeStatus(
+            node_id=node.id,
+            role=node.role.value,
+            term=node.term,
+            leader_id=node.leader_id,
+            commit_index=node.commit_index,
+            applied_index=node.applied_index,
+            last_log_index=node.last_index,
+        )
+
+    def _die(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self._stop.set()
+        log.critical("raft driver of %s stopped: %r", self._node.id, exc)
+        self._fail_all(DriverStopped(f"raft driver stopped: {exc!r}"))
+        if self._on_fatal is not None:
+            self._on_fatal(exc)
+
+    def _fail_all(self, exc: RaftError) -> None:
+        for _, future in self._proposals.values():
+            if not future.done():
+                future.set_exception(exc)
+        for future in self._reads.values():
+            if not future.done():
+                future.set_exception(exc)
+        for _, future in self._reads_ready:
+            if not future.done():
+                future.set_exception(exc)
+        self._proposals.clear()
+        self._reads.clear()
+        self._reads_ready.clear()
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            for x in item:
+                if isinstance(x, Future) and not x.done():
+                    x.set_exception(exc)

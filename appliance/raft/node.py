@@ -1,0 +1,687 @@
+"""A Raft voter as a pure state machine (Ongaro 2014, "Consensus: bridging theory and practice").
+
+Theory of operation. The node never touches a disk, a socket or a clock. Its inputs are
+``tick()`` (one logical clock unit; the driver maps it to, say, 100 ms of monotonic time),
+``step(message)``, ``propose(data)`` and ``read_index(request_id)``. Its outputs are collected
+by ``ready()``: the hard state and entries to persist, the messages to send, the committed
+entries to apply and the released read barriers. The driver persists first, then sends, then
+applies, then calls ``advance(ready)``. Because every message leaves only after the state it was
+computed from is durable, a vote grant or an append acknowledgement can never outlive a crash
+that forgets it (thesis §3.8). Between ``ready()`` and ``advance()`` the node accepts no input.
+
+Roles swap the step and tick functions (``_become_*``), so each role's rules read in one place:
+
+- followers and pre-candidates: election timeout randomized in [election_ticks_min,
+  election_ticks_max] (§3.4); on expiry a PRE-VOTE round at term+1 that changes nothing locally
+  (§9.6); only a majority of pre-votes starts a real election, so a node cut off by a partition
+  cannot inflate terms and depose a healthy leader when it returns;
+- leader stickiness (§4.2.3, §9.6): a voter that heard from a live leader within the minimum
+  election timeout ignores (pre-)vote requests altogether;
+- check-quorum (§6.2): a leader that has not heard from a majority within an election timeout
+  steps down, so a stale leader stops serving reads and accepting proposals;
+- a new leader appends a BARRIER no-op; entries are committed only by counting replicas of an
+  entry of the current term (§3.6.2, figure 3.7) and the barrier makes that happen at once;
+- log replication with conflict truncation and a (hint_index, hint_term) fast back-off that
+  skips a divergent term per round trip (§5.3 of the paper, as in etcd's findConflictByTerm);
+- ReadIndex (§6.4): a read barrier records the commit index, confirms leadership with a
+  heartbeat round acknowledged by a majority, and is then released; the caller waits until
+  applied >= that index. Reads wait for the barrier of the current term first.
+
+Batches are capped at ``batch_entries_max`` entries and ``batch_bytes_max`` payload bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from appliance.raft import quorum
+from appliance.raft.errors import (
+    NotLeader,
+    ProposalRefused,
+    RaftInvariantError,
+    RaftUsageError,
+    ReadRefused,
+)
+from appliance.raft.log import RaftLog
+from appliance.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+from appliance.raft.progress import Progress, ProgressState
+from appliance.raft.storage import LogStorage
+from appliance.raft.validation import check_node_id
+
+MiB = 1024 * 1024
+
+
+class RandomSource(Protocol):
+    """The one method the node needs from a seeded ``random.Random``."""
+
+    def randint(self, a: int, b: int) -> int: ...
+
+
+class Role(enum.Enum):
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre_candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
+
+
+@dataclass(frozen=True)
+class RaftConfig:
+    node_id: str
+    voters: tuple[str, ...]  # every voter, this node included
+    election_ticks_min: int = 10
+    election_ticks_max: int = 20
+    heartbeat_ticks: int = 1
+    batch_entries_max: int = 32
+    batch_bytes_max: int = 12 * MiB
+    inflight_batches_max: int = 4
+    uncommitted_entries_max: int = 4096
+    apply_entries_max: int = 256
+    reads_pending_max: int = 1024
+
+    def __post_init__(self) -> None:
+        check_node_id(self.node_id)
+        for voter in self.voters:
+            check_node_id(voter)
+        if len(set(self.voters)) != len(self.voters):
+            raise ValueError(f"voters must be distinct: {self.voters}")
+        if self.node_id not in self.voters:
+            raise ValueError(f"node_id {self.node_id!r} is not among the voters {self.voters}")
+        if not 1 <= self.heartbeat_ticks < self.election_ticks_min <= self.election_ticks_max:
+            raise ValueError(
+                "need 1 <= heartbeat_ticks < election_ticks_min <= election_ticks_max, got "
+                f"{self.heartbeat_ticks}, {self.election_ticks_min}, {self.election_ticks_max}"
+            )
+        for name in (
+            "batch_entries_max",
+            "batch_bytes_max",
+            "inflight_batches_max",
+            "uncommitted_entries_max",
+            "apply_entries_max",
+            "reads_pending_max",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive")
+
+    @property
+    def entry_data_bytes_max(self) -> int:
+        """Largest proposal: one entry (kind byte + data) must fit in one batch."""
+        return self.batch_bytes_max - 1
+
+
+@dataclass(frozen=True)
+class HardState:
+    term: int
+    voted_for: str | None
+
+
+@dataclass(frozen=True)
+class SoftState:
+    role: Role
+    term: int
+    leader_id: str | None
+
+
+@dataclass(frozen=True)
+class ReadState:
+    """A released read barrier: serve the read once applied >= ``index``."""
+
+    request_id: int
+    index: int
+
+
+@dataclass(frozen=True)
+class Ready:
+    hard_state: HardState
+    persist_hard_state: bool  # hard_state differs from what storage holds
+    truncate_from: int | None  # storage drops every index >= this first
+    entries: tuple[Entry, ...]  # then appends these
+    messages: tuple[Message, ...]  # send only once the above is durable
+    committed: tuple[Entry, ...]  # apply in order, after persisting
+    reads: tuple[ReadState, ...]
+    reads_failed: tuple[int, ...]  # request ids whose barrier can no longer succeed
+    soft_state: SoftState
+
+    @property
+    def must_persist(self) -> bool:
+        return self.persist_hard_state or bool(self.entries) or self.truncate_from is not None
+
+    def stored_entries(self) -> list[tuple[int, int, bytes]]:
+        return [(e.index, e.term, e.payload) for e in self.entries]
+
+
+class RaftNode:
+    def __init__(
+        self,
+        config: RaftConfig,
+        storage: LogStorage,
+        rng: RandomSource,
+        *,
+        applied_index: int = 0,
+    ) -> None:
+        self.config = config
+        self.id = config.node_id
+        self.peers = tuple(v for v in config.voters if v != self.id)
+        self._rng = rng
+        self.log = RaftLog(storage, applied_index=applied_index)
+        term, voted_for = storage.hard_state()
+        if voted_for is not None and voted_for not in config.voters:
+            raise RaftInvariantError(f"stored vote for {voted_for!r}, not a voter")
+        self.term = term
+        self.voted_for = voted_for
+        self._persisted = HardState(term, voted_for)
+        self.leader_id: str | None = None
+        self.role = Role.FOLLOWER
+        self._messages: list[Message] = []
+        self._outstanding: Ready | None = None
+        self._last_soft = SoftState(Role.FOLLOWER, term, None)
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._randomized_timeout = config.election_ticks_min
+        self._votes: dict[str, bool] = {}
+        self._progress: dict[str, Progress] = {}
+        self._append_pending = False
+        self._term_start_index = 0
+        self._read_seq = 0
+        self._reads_waiting_barrier: list[int] = []
+        self._reads_pending: list[tuple[int, int, int]] = []  # (seq, request_id, index)
+        self._reads_ready: list[ReadState] = []
+        self._reads_failed: list[int] = []
+        self._step: Callable[[Message], None] = self._step_follower
+        self._tick: Callable[[], None] = self._tick_election
+        self._become_follower(term, None)
+
+    # -- public inputs -----------------------------------------------------------------------
+
+    def tick(self) -> None:
+        self._check_no_outstanding_ready()
+        self._tick()
+
+    def step(self, message: Message) -> None:
+        self._check_no_outstanding_ready()
+        if message.to != self.id:
+            raise RaftUsageError(f"message for {message.to!r} stepped into {self.id!r}")
+        if message.sender not in self.peers:
+            return  # not a voter of this cluster: the transport should have refused it
+        if message.term > self.term:
+            if not self._accept_higher_term(message):
+                return
+        elif message.term < self.term:
+            self._answer_lower_term(message)
+            return
+        if isinstance(message, VoteRequest):
+            self._handle_vote_request(message)
+        else:
+            self._step(message)
+
+    def campaign(self) -> None:
+        """Start an election now (a pre-vote round first) instead of waiting for the timeout.
+
+        Used by the single-voter driver at start-up, and by tests; a leader ignores it."""
+        self._check_no_outstanding_ready()
+        if self.role is not Role.LEADER:
+            self._campaign()
+
+    def propose(self, data: bytes) -> tuple[int, int]:
+        """Append a command; returns ``(term, index)``: committed once applied with that term."""
+        self._check_no_outstanding_ready()
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader_id)
+        if len(data) > self.config.entry_data_bytes_max:
+            raise ProposalRefused(
+                f"proposal of {len(data)} bytes exceeds {self.config.entry_data_bytes_max}"
+            )
+        if self.log.last_index() - self.log.commit >= self.config.uncommitted_entries_max:
+            raise ProposalRefused(
+                f"{self.config.uncommitted_entries_max} entries already wait for commit"
+            )
+        index = self.log.last_index() + 1
+        self.log.append([Entry(index, self.term, EntryKind.NORMAL, bytes(data))])
+        self._append_pending = True
+        self._maybe_commit()  # a single voter commits once its own copy is durable
+        return self.term, index
+
+    def read_index(self, request_id: int) -> None:
+        """Start a linearizable read barrier; its ReadState (or failure) comes out of ready()."""
+        self._check_no_outstanding_ready()
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader_id)
+        pending = len(self._reads_waiting_barrier) + len(self._reads_pending)
+        if pending >= self.config.reads_pending_max:
+            raise ReadRefused(f"{pending} read barriers already pending")
+        if self.log.commit < self._term_start_index:
+            self._reads_waiting_barrier.append(request_id)
+        else:
+            self._start_reads([request_id])
+
+    # -- the ready/advance handshake ----------------------------------------------------------
+
+    def has_ready(self) -> bool:
+        if self._outstanding is not None:
+            return False
+        self._flush_appends()
+        return bool(
+            self._messages
+            or self._reads_ready
+            or self._reads_failed
+            or HardState(self.term, self.voted_for) != self._persisted
+            or self.log.unstable_entries()
+            or self.log.truncate_from() is not None
+            or self.log.applied < min(self.log.commit, self.log.stable_last)
+            or self._soft_state() != self._last_soft
+        )
+
+    def ready(self) -> Ready:
+        self._check_no_outstanding_ready()
+        self._flush_appends()
+        hard_state = HardState(self.term, self.voted_for)
+        committed = self.log.next_committed(
+            entries_max=self.config.apply_entries_max, bytes_max=self.config.batch_bytes_max
+        )
+        ready = Ready(
+            hard_state=hard_state,
+            persist_hard_state=hard_state != self._persisted,
+            truncate_from=self.log.truncate_from(),
+            entries=self.log.unstable_entries(),
+            messages=tuple(self._messages),
+            committed=tuple(committed),
+            reads=tuple(self._reads_ready),
+            reads_failed=tuple(self._reads_failed),
+            soft_state=self._soft_state(),
+        )
+        self._messages = []
+        self._reads_ready = []
+        self._reads_failed = []
+        self._last_soft = ready.soft_state
+        self._outstanding = ready
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        if ready is not self._outstanding:
+            raise RaftUsageError("advance() must be given the Ready returned by ready()")
+        self._outstanding = None
+        if ready.entries or ready.truncate_from is not None:
+            self.log.stable_to(ready.entries[-1].index if ready.entries else self.log.last_index())
+        if ready.persist_hard_state:
+            self._persisted = ready.hard_state
+        if ready.committed:
+            self.log.applied_to(ready.committed[-1].index)
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+
+    # -- read-only views ---------------------------------------------------------------------
+
+    @property
+    def commit_index(self) -> int:
+        return self.log.commit
+
+    @property
+    def applied_index(self) -> int:
+        return self.log.applied
+
+    @property
+    def last_index(self) -> int:
+        return self.log.last_index()
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self.role, self.term, self.leader_id)
+
+    # -- role changes ------------------------------------------------------------------------
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            if term < self.term:
+                raise RaftInvariantError(f"term would go back from {self.term} to {term}")
+            self.term = term
+            self.voted_for = None
+        self.leader_id = None
+        self._election_elapsed = 0
+        self._heartbeat_elapsed = 0
+        self._randomized_timeout = self._rng.randint(
+            self.config.election_ticks_min, self.config.election_ticks_max
+        )
+        self._votes = {}
+        self._progress = {}
+        self._append_pending = False
+        self._fail_reads()
+
+    def _become_follower(self, term: int, leader_id: str | None) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.leader_id = leader_id
+        self._step = self._step_follower
+        self._tick = self._tick_election
+
+    def _become_pre_candidate(self) -> None:
+        # Term and vote stay untouched: a pre-vote round is a question, not a decision.
+        self._reset(self.term)
+        self.role = Role.PRE_CANDIDATE
+        self._step = self._step_candidate
+        self._tick = self._tick_election
+        self._votes = {self.id: True}
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.role = Role.CANDIDATE
+        self.voted_for = self.id
+        self._step = self._step_candidate
+        self._tick = self._tick_election
+        self._votes = {self.id: True}
+
+    def _become_leader(self) -> None:
+        if self.role is not Role.CANDIDATE:
+            raise RaftInvariantError(f"only a candidate becomes leader, not a {self.role.value}")
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self._step = self._step_leader
+        self._tick = self._tick_leader
+        next_index = self.log.last_index() + 1
+        self._progress = {peer: Progress(next_index) for peer in self.peers}
+        self._term_start_index = next_index
+        self.log.append([Entry(next_index, self.term, EntryKind.BARRIER)])
+        self._append_pending = True
+        self._maybe_commit()
+
+    def _campaign(self) -> None:
+        if self.config.voters == (self.id,):
+            self._become_candidate()
+            self._become_leader()
+            return
+        self._become_pre_candidate()
+        self._send_vote_requests(pre_vote=True)
+
+    def _send_vote_requests(self, pre_vote: bool) -> None:
+        term = self.term + 1 if pre_vote else self.term
+        for peer in self.peers:
+            self._send(
+                VoteRequest(
+                    self.id, peer, term, self.log.last_index(), self.log.last_term(), pre_vote
+                )
+            )
+
+    # -- term rules common to every role ------------------------------------------------------
+
+    def _in_lease(self) -> bool:
+        recent = self._election_elapsed < self.config.election_ticks_min
+        return self.leader_id is not None and recent
+
+    def _accept_higher_term(self, m: Message) -> bool:
+        """Apply the rules for a message from a higher term; False to drop it."""
+        if isinstance(m, VoteRequest):
+            if self._in_lease():
+                return False  # leader stickiness: a live leader is not deposed by a stranger
+            if not m.pre_vote:
+                self._become_follower(m.term, None)
+            return True
+        if isinstance(m, VoteResponse) and m.pre_vote and m.granted:
+            return True  # a granted pre-vote is answered at the term we asked about
+        leader = m.sender if isinstance(m, AppendRequest | Heartbeat) else None
+        self._become_follower(m.term, leader)
+        return True
+
+    def _answer_lower_term(self, m: Message) -> None:
+        # A stale leader learns our term from this answer and steps down; a node that raised its
+        # term alone and was ignored would otherwise never rejoin (thesis §9.6).
+        if isinstance(m, AppendRequest | Heartbeat):
+            self._send(AppendResponse(self.id, m.sender, self.term, False, 0))
+        elif isinstance(m, VoteRequest) and m.pre_vote:
+            self._send(VoteResponse(self.id, m.sender, self.term, False, True))
+
+    def _handle_vote_request(self, m: VoteRequest) -> None:
+        can_vote = (
+            self.voted_for == m.sender
+            or (self.voted_for is None and self.leader_id is None)
+            or (m.pre_vote and m.term > self.term)
+        )
+        if can_vote and self.log.is_up_to_date(m.last_log_index, m.last_log_term):
+            self._send(VoteResponse(self.id, m.sender, m.term, True, m.pre_vote))
+            if not m.pre_vote:
+                self.voted_for = m.sender
+                self._election_elapsed = 0
+        else:
+            self._send(VoteResponse(self.id, m.sender, self.term, False, m.pre_vote))
+
+    # -- follower ------------------------------------------------------------------------------
+
+    def _tick_election(self) -> None:
+        self._election_elapsed += 1
+        if self._election_elapsed >= self._randomized_timeout:
+            self._campaign()
+
+    def _step_follower(self, m: Message) -> None:
+        if isinstance(m, AppendRequest):
+            self._election_elapsed = 0
+            self.leader_id = m.sender
+            self._handle_append(m)
+        elif isinstance(m, Heartbeat):
+            self._election_elapsed = 0
+            self.leader_id = m.sender
+            self._handle_heartbeat(m)
+        # Responses addressed to a former role are stale here: ignored.
+
+    def _handle_append(self, m: AppendRequest) -> None:
+        if m.prev_index < self.log.commit:
+            # Everything up to our commit is known to match; say so instead of re-checking.
+            self._send(AppendResponse(self.id, m.sender, self.term, True, self.log.commit))
+            return
+        last_new = self.log.maybe_append(m.prev_index, m.prev_term, m.entries, m.commit)
+        if last_new is not None:
+            self._send(AppendResponse(self.id, m.sender, self.term, True, last_new))
+            return
+        hint_index = self.log.find_conflict_by_term(m.prev_index, m.prev_term)
+        hint_term = self.log.term_at(hint_index) or 0
+        self._send(
+            AppendResponse(self.id, m.sender, self.term, False, m.prev_index, hint_index, hint_term)
+        )
+
+    def _handle_heartbeat(self, m: Heartbeat) -> None:
+        self.log.commit_to(min(m.commit, self.log.last_index()))
+        self._send(HeartbeatResponse(self.id, m.sender, self.term, m.read_seq))
+
+    # -- pre-candidate and candidate ---------------------------------------------------------
+
+    def _step_candidate(self, m: Message) -> None:
+        if isinstance(m, AppendRequest | Heartbeat):
+            self._become_follower(self.term, m.sender)
+            self._step_follower(m)
+            return
+        if not isinstance(m, VoteResponse):
+            return
+        pre_vote = self.role is Role.PRE_CANDIDATE
+        if m.pre_vote != pre_vote:
+            return
+        if pre_vote and m.granted and m.term != self.term + 1:
+            return  # a grant from an older pre-vote round
+        self._votes.setdefault(m.sender, m.granted)
+        result = quorum.vote_result(self._votes, self.config.voters)
+        if result is quorum.VoteResult.WON:
+            if pre_vote:
+                self._become_candidate()
+                self._send_vote_requests(pre_vote=False)
+            else:
+                self._become_leader()
+        elif result is quorum.VoteResult.LOST:
+            self._become_follower(self.term, None)
+
+    # -- leader ------------------------------------------------------------------------------
+
+    def _tick_leader(self) -> None:
+        self._heartbeat_elapsed += 1
+        self._election_elapsed += 1
+        if self._election_elapsed >= self.config.election_ticks_min:
+            self._election_elapsed = 0
+            active = [self.id] + [p for p, pr in self._progress.items() if pr.recent_active]
+            if not quorum.has_quorum(active, self.config.voters):
+                self._become_follower(self.term, None)  # check-quorum: we may be deposed
+                return
+            for pr in self._progress.values():
+                pr.recent_active = False
+        if self._heartbeat_elapsed >= self.config.heartbeat_ticks:
+            self._heartbeat_elapsed = 0
+            self._broadcast_heartbeat()
+
+    def _step_leader(self, m: Message) -> None:
+        if isinstance(m, AppendRequest | Heartbeat):
+            raise RaftInvariantError(
+                f"two leaders in term {self.term}: {self.id!r} and {m.sender!r}"
+            )
+        pr = self._progress.get(m.sender)
+        if pr is None:
+            return
+        if isinstance(m, AppendResponse):
+            pr.recent_active = True
+            self._handle_append_response(m.sender, pr, m)
+        elif isinstance(m, HeartbeatResponse):
+            pr.recent_active = True
+            self._handle_heartbeat_response(m.sender, pr, m)
+
+    def _handle_append_response(self, peer: str, pr: Progress, m: AppendResponse) -> None:
+        if not m.success:
+            probe_at = m.hint_index
+            if m.hint_term > 0:
+                probe_at = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
+            if pr.maybe_decrease(m.index, probe_at):
+                self._send_append(peer)
+            return
+        if pr.maybe_update(m.index):
+            if pr.state is ProgressState.PROBE:
+                pr.become_replicate()
+            self._maybe_commit()
+        elif pr.state is ProgressState.PROBE:
+            pr.probe_sent = False
+        self._send_append(peer)
+
+    def _handle_heartbeat_response(self, peer: str, pr: Progress, m: HeartbeatResponse) -> None:
+        if m.read_seq > pr.read_seq_acked:
+            pr.read_seq_acked = m.read_seq
+            self._release_reads()
+        if pr.match >= self.log.last_index():
+            return
+        if pr.state is ProgressState.PROBE:
+            pr.probe_sent = False
+        elif pr.match == pr.match_at_last_heartbeat:
+            pr.become_probe()  # no progress for a whole heartbeat round: a batch was lost
+        else:
+            # The follower is alive but behind: an empty append at ``next`` costs little and,
+            # if a batch was lost (or the follower restarted), is rejected at once, sending us
+            # back to probing one round trip after the heartbeat instead of two heartbeats.
+            self._send_empty_append(peer, pr)
+        pr.match_at_last_heartbeat = pr.match
+        self._send_append(peer)
+
+    def _send_empty_append(self, peer: str, pr: Progress) -> None:
+        prev_index = pr.next - 1
+        prev_term = self.log.term_at(prev_index)
+        if prev_term is None:
+            raise RaftInvariantError(f"no term for {peer}'s prev_index {prev_index}")
+        self._send(
+            AppendRequest(self.id, peer, self.term, prev_index, prev_term, (), self.log.commit)
+        )
+
+    def _flush_appends(self) -> None:
+        if self._append_pending and self.role is Role.LEADER:
+            for peer in self.peers:
+                self._send_append(peer)
+        self._append_pending = False
+
+    def _send_append(self, peer: str) -> None:
+        """PROBE: one append, then wait. REPLICATE: stream batches until the follower is caught
+        up or ``inflight_batches_max`` are unacknowledged."""
+        while self._send_one_append(peer):
+            pass
+
+    def _send_one_append(self, peer: str) -> bool:
+        """Send one append if the follower's progress allows it; True if another may follow."""
+        pr = self._progress[peer]
+        if pr.state is ProgressState.PROBE and pr.probe_sent:
+            return False
+        if (
+            pr.state is ProgressState.REPLICATE
+            and len(pr.inflight) >= self.config.inflight_batches_max
+        ):
+            return False
+        last = self.log.last_index()
+        if pr.state is ProgressState.REPLICATE and pr.next > last:
+            return False
+        prev_index = pr.next - 1
+        prev_term = self.log.term_at(prev_index)
+        if prev_term is None:
+            raise RaftInvariantError(f"no term for {peer}'s prev_index {prev_index}")
+        entries = self.log.entries(
+            pr.next,
+            last + 1,
+            entries_max=self.config.batch_entries_max,
+            bytes_max=self.config.batch_bytes_max,
+        )
+        self._send(
+            AppendRequest(
+                self.id, peer, self.term, prev_index, prev_term, tuple(entries), self.log.commit
+            )
+        )
+        pr.on_sent(entries[-1].index if entries else prev_index)
+        return pr.state is ProgressState.REPLICATE
+
+    def _broadcast_heartbeat(self) -> None:
+        for peer, pr in self._progress.items():
+            self._send(
+                Heartbeat(self.id, peer, self.term, min(pr.match, self.log.commit), self._read_seq)
+            )
+
+    def _maybe_commit(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        matches = [self.log.stable_last] + [pr.match for pr in self._progress.values()]
+        index = quorum.committed_index(matches)
+        # Figure 3.7: only an entry of the current term is committed by counting replicas.
+        if index > self.log.commit and self.log.term_at(index) == self.term:
+            self.log.commit_to(index)
+            if self._reads_waiting_barrier and self.log.commit >= self._term_start_index:
+                waiting, self._reads_waiting_barrier = self._reads_waiting_barrier, []
+                self._start_reads(waiting)
+
+    # -- ReadIndex (thesis §6.4) ----------------------------------------------------------------
+
+    def _start_reads(self, request_ids: list[int]) -> None:
+        if not self.peers:
+            self._reads_ready.extend(ReadState(r, self.log.commit) for r in request_ids)
+            return
+        self._read_seq += 1
+        self._reads_pending.extend((self._read_seq, r, self.log.commit) for r in request_ids)
+        self._broadcast_heartbeat()
+
+    def _release_reads(self) -> None:
+        while self._reads_pending:
+            seq, request_id, index = self._reads_pending[0]
+            acked = [self.id] + [p for p, pr in self._progress.items() if pr.read_seq_acked >= seq]
+            if not quorum.has_quorum(acked, self.config.voters):
+                return
+            self._reads_pending.pop(0)
+            self._reads_ready.append(ReadState(request_id, index))
+
+    def _fail_reads(self) -> None:
+        self._reads_failed.extend(self._reads_waiting_barrier)
+        self._reads_failed.extend(r for _, r, _ in self._reads_pending)
+        self._reads_waiting_barrier = []
+        self._reads_pending = []
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _send(self, message: Message) -> None:
+        self._messages.append(message)
+
+    def _check_no_outstanding_ready(self) -> None:
+        if self._outstanding is not None:
+            raise RaftUsageError("call advance() with the outstanding Ready before new input")

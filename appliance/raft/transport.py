@@ -1,0 +1,402 @@
+"""HTTP transport for Raft messages: Falcon routes on the cluster port, one pipeline per peer.
+
+Theory of operation. Raft messages are one-way: a vote response or an append acknowledgement
+is a message of its own, not an HTTP response (the driver's ``Transport.send`` contract). So
+every message is one ``POST`` of its binary encoding (``codec.py``), answered ``202`` with an
+empty body once it is handed to the local driver's inbox; the HTTP status only says "received",
+never "processed". Routes (SPEC §5, issue 4):
+
+    POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse
+    POST /raft/v1/vote     VoteRequest, VoteResponse (pre-vote and vote)
+    GET  /raft/v1/status   JSON: node_id, role, term, leader_id, commit_index, applied_index,
+                           last_log_index
+
+Server side. Every route, status included, requires the cluster bearer, checked in constant time
+by the shared ``BearerAuth`` middleware before routing and before the body is read; any other
+credential, known or not, is 401. Bodies are capped at 16 MiB (413): a full 32-entry / 12 MiB
+batch fits the binary framing. A message stamped with another contract digest is refused with
+403 ``contract_mismatch`` and logged at ERROR naming the sender — loudly, but at most once per
+peer per minute (with a count of what was suppressed), so a misconfigured voter retrying every
+heartbeat cannot drown the log while the problem stays visible. Malformed → 400, a message on the
+wrong route or addressed to another node → 400.
+
+Client side (``HttpTransport``): one ``_PeerPipeline`` per peer — a sender thread and a bounded
+queue, so each peer has exactly ONE request in flight (order per peer is preserved and a slow
+peer never delays another). ``send`` never blocks the driver thread:
+
+- coalescing: a heartbeat (or heartbeat response) replaces a queued, not-yet-sent one to the same
+  peer, in place — only the newest heartbeat carries information worth sending;
+- overflow: when the queue is full the OLDEST queued message is dropped (counted in ``dropped``):
+  the newest messages carry the newest term and commit index;
+- failure: a failed send (connection error, ambiguous send, non-202 status) drops that message
+  and everything queued behind it for that peer (it is stale by then; Raft's own heartbeats and
+  probes resend what still matters), then waits a short backoff. Nothing is ever retried by the
+  transport, and the shared ``HttpClient`` never follows redirects nor retries by itself.
+
+A peer answering 403 ``contract_mismatch`` is logged at ERROR with the same once-per-peer-per-
+minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limited too.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import falcon
+
+from appliance.config.credentials import Secret
+from appliance.http import ApiError, ClientError, HttpClient, Response, create_app, read_body
+from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
+from appliance.raft.errors import CodecError, DigestMismatch
+from appliance.raft.messages import (
+    AppendRequest,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    VoteRequest,
+    VoteResponse,
+)
+
+log = logging.getLogger(__name__)
+
+APPEND_PATH = "/raft/v1/append"
+VOTE_PATH = "/raft/v1/vote"
+STATUS_PATH = "/raft/v1/status"
+APPEND_KINDS = (AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse)
+VOTE_KINDS = (VoteRequest, VoteResponse)
+PEER_QUEUE_MAX = 1024
+SEND_BACKOFF_S = 0.05
+MISMATCH_LOG_INTERVAL_S = 60.0
+FAILURE_LOG_INTERVAL_S = 10.0
+CONTRACT_MISMATCH_CODE = "contract_mismatch"
+OCTET_STREAM = "application/octet-stream"
+
+Clock = Callable[[], float]
+
+
+def path_for(message: Message) -> str:
+    return VOTE_PATH if isinstance(message, VOTE_KINDS) else APPEND_PATH
+
+
+def coalesce_key_for(message: Message) -> str | None:
+    """Only the newest heartbeat (or heartbeat answer) to a peer is worth sending."""
+    if isinstance(message, Heartbeat):
+        return "heartbeat"
+    if isinstance(message, HeartbeatResponse):
+        return "heartbeat_response"
+    return None
+
+
+class RateLimitedLog:
+    """Logs a line per key at most once per ``interval_s``; counts what it suppressed."""
+
+    def __init__(self, level: int, interval_s: float, clock: Clock = time.monotonic) -> None:
+        self._level = level
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last_s: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def report(self, key: str, message: str) -> bool:
+        """True if logged now; False if suppressed (and counted for the next line)."""
+        now_s = self._clock()
+        with self._lock:
+            last_s = self._last_s.get(key)
+            if last_s is not None and now_s - last_s < self._interval_s:
+                self._suppressed[key] = self._suppressed.get(key, 0) + 1
+                return False
+            suppressed = self._suppressed.pop(key, 0)
+            self._last_s[key] = now_s
+        suffix = f" ({suppressed} more suppressed since the last report)" if suppressed else ""
+        log.log(self._level, "%s%s", message, suffix)
+        return True
+
+
+def mismatch_log(clock: Clock = time.monotonic) -> RateLimitedLog:
+    """ERROR, at most once per key (a peer) per minute."""
+    return RateLimitedLog(logging.ERROR, MISMATCH_LOG_INTERVAL_S, clock)
+
+
+# -- server side ---------------------------------------------------------------------------------
+
+
+class _MessageResource:
+    def __init__(
+        self,
+        kinds: tuple[type, ...],
+        node_id: str,
+        digest: str,
+        deliver: Callable[[Message], None],
+        mismatches: RateLimitedLog,
+    ) -> None:
+        self._kinds = kinds
+        self._node_id = node_id
+        self._digest = digest
+        self._deliver = deliver
+        self._mismatches = mismatches
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = read_body(req, BODY_BYTES_MAX)
+        try:
+            message = decode(body, self._digest)
+        except DigestMismatch as exc:
+            self._mismatches.report(
+                f"from:{exc.sender}",
+                f"REFUSED raft message: {exc} — voters must share one sealed contract",
+            )
+            raise ApiError(403, CONTRACT_MISMATCH_CODE, str(exc)) from None
+        except CodecError as exc:
+            raise ApiError(400, "malformed_message", str(exc)) from None
+        if not isinstance(message, self._kinds):
+            raise ApiError(400, "wrong_route", f"{type(message).__name__} does not go here")
+        if message.to != self._node_id:
+            raise ApiError(400, "misrouted", f"message for {message.to!r} sent to {self._node_id}")
+        self._deliver(message)
+        # 202 with an explicit empty body: waitress closes the connection after a 204 (no
+        # Content-Length), which would cost a new TCP connection per message.
+        resp.status = falcon.HTTP_202
+        resp.data = b""
+
+
+class _StatusResource:
+    def __init__(self, status: Callable[[], Mapping[str, Any]]) -> None:
+        self._status = status
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        resp.media = dict(self._status())
+
+
+def create_raft_app(
+    *,
+    node_id: str,
+    digest: str,
+    deliver: Callable[[Message], None],
+    status: Callable[[], Mapping[str, Any]],
+    credentials: Mapping[str, Secret | str | None],
+    mismatches: RateLimitedLog | None = None,
+) -> falcon.App:
+    """The cluster-port WSGI app. ``credentials`` maps every role this process knows to its
+    token (so they can be told apart in the audit log); only the ``cluster`` role is accepted."""
+    if credentials.get("cluster") is None:
+        raise ValueError("the raft surface needs a 'cluster' credential")
+    refused = mismatches or mismatch_log()
+    routes = {
+        APPEND_PATH: _MessageResource(APPEND_KINDS, node_id, digest, deliver, refused),
+        VOTE_PATH: _MessageResource(VOTE_KINDS, node_id, digest, deliver, refused),
+        STATUS_PATH: _StatusResource(status),
+    }
+    return create_app(
+        routes=routes,
+        credentials=credentials,
+        accepted_roles={"cluster"},
+        body_bytes_max=BODY_BYTES_MAX,
+        surface="raft",
+    )
+
+
+# -- client side ---------------------------------------------------------------------------------
+
+
+@dataclass
+class PeerStats:
+    """Counters of one peer pipeline (read them for metrics; written under the pipeline lock)."""
+
+    queued: int = 0
+    sent: int = 0
+    failed: int = 0
+    dropped: int = 0  # overflow (oldest dropped) and stale messages drained after a failure
+    coalesced: int = 0  # a queued heartbeat replaced by a newer one
+
+
+class _PeerPipeline:
+    """One peer: a bounded queue and one sender thread, hence one request in flight."""
+
+    def __init__(
+        self,
+        peer: str,
+        url: str,
+        post: Callable[[str, Message], bool],
+        queue_max: int,
+        backoff_s: float,
+    ) -> None:
+        self.peer = peer
+        self.url = url
+        self._post = post
+        self._queue_max = queue_max
+        self._backoff_s = backoff_s
+        self._queue: deque[Message] = deque()
+        self._cv = threading.Condition()
+        self._stopping = False
+        self.stats = PeerStats()
+        self._thread = threading.Thread(target=self._run, name=f"raft-send-{peer}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, message: Message) -> None:
+        key = coalesce_key_for(message)
+        with self._cv:
+            if self._stopping:
+                return
+            self.stats.queued += 1
+            if key is not None:
+                for position, queued in enumerate(self._queue):
+                    if coalesce_key_for(queued) == key:
+                        self._queue[position] = message
+                        self.stats.coalesced += 1
+                        return
+            if len(self._queue) >= self._queue_max:
+                self._queue.popleft()
+                self.stats.dropped += 1
+            self._queue.append(message)
+            self._cv.notify()
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._queue)
+
+    def stop(self, timeout_s: float) -> None:
+        with self._cv:
+            self._stopping = True
+            self.stats.dropped += len(self._queue)
+            self._queue.clear()
+            self._cv.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _next(self) -> Message | None:
+        with self._cv:
+            while not self._queue and not self._stopping:
+                self._cv.wait()
+            return None if self._stopping else self._queue.popleft()
+
+    def _run(self) -> None:
+        while (message := self._next()) is not None:
+            try:
+                delivered = self._post(self.url, message)
+            except Exception:
+                log.exception("raft send to %s: unexpected error", self.peer)
+                delivered = False
+            with self._cv:
+                if delivered:
+                    self.stats.sent += 1
+                    continue
+                self.stats.failed += 1
+                self.stats.dropped += len(self._queue)  # stale now; Raft resends what matters
+                self._queue.clear()
+                if self._stopping:
+                    return
+                self._cv.wait(self._backoff_s)
+
+
+class HttpTransport:
+    """``Transport`` for the driver: ``send`` queues (never blocks); one pipeline per peer."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        peers: Mapping[str, str],  # peer id -> "host:port" of its cluster listener
+        digest: str,
+        cluster_token: Secret,
+        client: HttpClient | None = None,
+        peer_queue_max: int = PEER_QUEUE_MAX,
+        backoff_s: float = SEND_BACKOFF_S,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        if peer_queue_max < 1:
+            raise ValueError("peer_queue_max must be >= 1")
+        self._node_id = node_id
+        self._digest = digest
+        self._token = cluster_token
+        self._owns_client = client is None
+        self._client = client or HttpClient(
+            connect_timeout_ms=500, read_timeout_ms=2_000, response_bytes_max=64 * 1024
+        )
+        self._mismatches = mismatch_log(clock)
+        self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
+        self._pipelines = {
+            peer: _PeerPipeline(peer, f"http://{addr}", self._post, peer_queue_max, backoff_s)
+            for peer, addr in peers.items()
+        }
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        return {peer: p.stats.dropped for peer, p in self._pipelines.items()}
+
+    def stats(self, peer: str) -> PeerStats:
+        return self._pipelines[peer].stats
+
+    def pending(self, peer: str) -> int:
+        return self._pipelines[peer].pending()
+
+    def start(self) -> None:
+        for pipeline in self._pipelines.values():
+            pipeline.start()
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Drop what is queued, let each in-flight request end (bounded by its timeouts), join."""
+        for pipeline in self._pipelines.values():
+            pipeline.stop(timeout_s)
+        if self._owns_client:
+            self._client.close()
+
+    def send(self, message: Message) -> None:
+        pipeline = self._pipelines.get(message.to)
+        if pipeline is None:
+            log.error("raft message for unknown peer %r dropped", message.to)
+            return
+        pipeline.put(message)
+
+    def _post(self, base_url: str, message: Message) -> bool:
+        peer = message.to
+        try:
+            response = self._client.post(
+                base_url + path_for(message),
+                encode(message, self._digest),
+                headers={"Content-Type": OCTET_STREAM},
+                bearer=self._token,
+            )
+        except ClientError as exc:
+            self._failures.report(f"send:{peer}", f"raft send to {peer} failed: {exc.reason}")
+            return False
+        if response.status == 202:
+            return True
+        self._report_refusal(peer, message, response)
+        return False
+
+    def _report_refusal(self, peer: str, message: Message, response: Response) -> None:
+        code = _error_code(response)
+        if response.status == 403 and code == CONTRACT_MISMATCH_CODE:
+            self._mismatches.report(
+                f"to:{peer}",
+                f"raft peer {peer} REFUSED our contract digest — voters must share one sealed "
+                "contract",
+            )
+        elif response.status == 401:
+            self._failures.report(
+                f"auth:{peer}", f"raft peer {peer} refused our cluster credential (401)"
+            )
+        else:
+            self._failures.report(
+                f"status:{peer}",
+                f"raft peer {peer} answered {response.status} {code or ''} to "
+                f"{type(message).__name__}",
+            )
+
+
+def _error_code(response: Response) -> str | None:
+    try:
+        document = response.json()
+    except ValueError:
+        return None
+    error = document.get("error") if isinstance(document, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, str) else None

@@ -1,0 +1,93 @@
+"""A voter's Raft membership wired from its runner config: what ``appliance runner`` starts.
+
+One object owns the three moving parts and starts/stops them in a safe order: the cluster
+listener (Falcon + waitress on ``advertise_addr:cluster_port``, every route behind the cluster
+bearer), the HTTP transport to the peers, and the replication engine (``single`` when the config
+names no peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` —
+the voter's ``RunnerStore`` in production.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+
+from appliance.config.credentials import RunnerCredentials
+from appliance.config.runner import RunnerConfig
+from appliance.http import HttpServer
+from appliance.raft.codec import BODY_BYTES_MAX
+from appliance.raft.storage import LogStorage
+from appliance.raft.transport import HttpTransport, create_raft_app
+from appliance.replication.base import ApplyHook
+from appliance.replication.raft_replication import NoNetwork, RaftReplication
+
+
+class RaftMember:
+    def __init__(
+        self,
+        cfg: RunnerConfig,
+        credentials: RunnerCredentials,
+        storage: LogStorage,
+        apply: ApplyHook,
+        *,
+        contract_digest: str,
+        applied_index: int = 0,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        voters = cfg.voters
+        peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
+        self.transport: HttpTransport | None = None
+        if peers:
+            self.transport = HttpTransport(
+                node_id=cfg.node_id,
+                peers=peers,
+                digest=contract_digest,
+                cluster_token=credentials.cluster,
+            )
+        self.replication = RaftReplication(
+            node_id=cfg.node_id,
+            voters=tuple(voters),
+            storage=storage,
+            transport=self.transport or NoNetwork(),
+            apply=apply,
+            applied_index=applied_index,
+            heartbeat_ms=cfg.raft.heartbeat_ms,
+            election_timeout_min_ms=cfg.raft.election_timeout_min_ms,
+            election_timeout_max_ms=cfg.raft.election_timeout_max_ms,
+            rng=random.Random(),
+            on_fatal=on_fatal,
+        )
+        known = {
+            "cluster": credentials.cluster,
+            "admission": credentials.admission,
+            "worker": credentials.worker,
+            "operator": credentials.operator,
+            "recovery": credentials.recovery,
+        }
+        app = create_raft_app(
+            node_id=cfg.node_id,
+            digest=contract_digest,
+            deliver=self.replication.deliver,
+            status=self.replication.status,
+            credentials=known,
+        )
+        self.server = HttpServer(
+            app,
+            host=cfg.advertise_addr,
+            port=cfg.cluster_port,
+            name=f"raft {cfg.node_id}",
+            body_bytes_max=BODY_BYTES_MAX,
+        )
+
+    def start(self) -> None:
+        """Listen first (so peers' first messages land), then send, then run the node."""
+        self.server.start()
+        if self.transport is not None:
+            self.transport.start()
+        self.replication.start()
+
+    def stop(self) -> None:
+        self.replication.stop()
+        if self.transport is not None:
+            self.transport.stop()
+        self.server.stop()

@@ -1,0 +1,117 @@
+"""Replication through the built-in Raft: a RaftNode run by a RaftDriver (SPEC §5).
+
+``RaftReplication`` works with any ``Transport``; the ``single`` flavour is the same code with
+one voter and no network: the node elects itself at start (no election timeout to wait for) and
+every proposal is committed by its own durable write. Both persist through the same
+``LogStorage`` (the SQLite ``RunnerStore`` in production, ``MemoryLogStorage`` in tests).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from appliance.raft.driver import RaftDriver, Transport
+from appliance.raft.messages import Message
+from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
+from appliance.raft.storage import LogStorage
+from appliance.replication.base import ApplyHook, Leadership
+
+
+class NoNetwork:
+    """The transport of a single voter: it has no one to talk to."""
+
+    def send(self, message: Message) -> None:
+        raise RuntimeError(f"a single voter has no peers, yet tried to send to {message.to!r}")
+
+
+class RaftReplication:
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        voters: Sequence[str],
+        storage: LogStorage,
+        transport: Transport,
+        apply: ApplyHook,
+        applied_index: int = 0,
+        heartbeat_ms: int = 100,
+        election_timeout_min_ms: int = 1000,
+        election_timeout_max_ms: int = 2000,
+        rng: random.Random | None = None,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
+        config = RaftConfig(
+            node_id=node_id,
+            voters=tuple(voters),
+            heartbeat_ticks=1,
+            election_ticks_min=max(2, election_timeout_min_ms // heartbeat_ms),
+            election_ticks_max=max(2, election_timeout_max_ms // heartbeat_ms),
+        )
+        node = RaftNode(config, storage, rng or random.Random(), applied_index=applied_index)
+        self._leadership = Leadership(False, node.term, None)
+        self.driver = RaftDriver(
+            node,
+            storage,
+            transport,
+            apply,
+            tick_ms=heartbeat_ms,
+            on_fatal=on_fatal,
+            campaign_at_start=tuple(voters) == (node_id,),
+        )
+        self.driver.subscribe(self._remember)
+
+    def _remember(self, soft: SoftState) -> None:
+        self._leadership = Leadership(soft.role is Role.LEADER, soft.term, soft.leader_id)
+
+    def start(self) -> None:
+        self.driver.start()
+
+    def stop(self) -> None:
+        self.driver.stop()
+
+    def deliver(self, message: Message) -> None:
+        """Inbound messages from the transport's server side."""
+        self.driver.deliver(message)
+
+    def propose(self, command: bytes, *, timeout_s: float) -> Any:
+        return _wait(self.driver.propose(command), timeout_s, "proposal")
+
+    def read_barrier(self, *, timeout_s: float) -> int:
+        return int(_wait(self.driver.read_barrier(), timeout_s, "read barrier"))
+
+    def is_leader(self) -> bool:
+        return self._leadership.is_leader
+
+    def subscribe(self, callback: Callable[[Leadership], None]) -> None:
+        def adapt(soft: SoftState) -> None:
+            callback(Leadership(soft.role is Role.LEADER, soft.term, soft.leader_id))
+
+        self.driver.subscribe(adapt)
+
+    def status(self) -> dict[str, Any]:
+        return self.driver.status().as_dict()
+
+
+def single(
+    *, node_id: str, storage: LogStorage, apply: ApplyHook, applied_index: int = 0
+) -> RaftReplication:
+    """One voter: durable local log, no network, leader from the start."""
+    return RaftReplication(
+        node_id=node_id,
+        voters=(node_id,),
+        storage=storage,
+        transport=NoNetwork(),
+        apply=apply,
+        applied_index=applied_index,
+    )
+
+
+def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
+    try:
+        return future.result(timeout=timeout_s)
+    except FutureTimeout:
+        raise TimeoutError(f"{what} outcome unknown after {timeout_s} s") from None

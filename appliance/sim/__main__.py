@@ -1,0 +1,65 @@
+"""``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]``.
+
+Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
+Exit status 1 if any seed failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from appliance.sim.faults import FAULT_CLASSES, parse_fault_classes
+from appliance.sim.simulation import SimOptions, run_seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m appliance.sim", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
+    parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
+    parser.add_argument(
+        "--faults", default="all", help=f"all, none, or a comma list of {', '.join(FAULT_CLASSES)}"
+    )
+    parser.add_argument("--safety-ms", type=int, default=SimOptions.safety_ms)
+    parser.add_argument("--liveness-ms", type=int, default=SimOptions.liveness_ms_max)
+    parser.add_argument("--verbose", action="store_true", help="print one line per seed")
+    args = parser.parse_args(argv)
+    options = SimOptions(
+        nodes=args.nodes,
+        fault_classes=parse_fault_classes(args.faults),
+        safety_ms=args.safety_ms,
+        liveness_ms_max=args.liveness_ms,
+    )
+    failures = 0
+    totals = {"events": 0, "elections": 0, "applied": 0, "crashes": 0, "reads": 0}
+    for seed in range(args.start, args.start + args.seeds):
+        result = run_seed(seed, options)
+        totals["events"] += result.events
+        totals["elections"] += result.elections
+        totals["applied"] += result.applied_entries
+        totals["crashes"] += result.crashes
+        totals["reads"] += result.reads_released
+        if args.verbose:
+            print(
+                f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
+                f"elections={result.elections} applied={result.applied_entries} "
+                f"crashes={result.crashes} faults={result.faults}"
+            )
+        if not result.ok:
+            failures += 1
+            print(f"FAIL seed {seed}: {result.violation}")
+            print(
+                f"  reproduce: python -m appliance.sim --seeds 1 --start {seed} "
+                f"--nodes {args.nodes} --faults {args.faults} --safety-ms {args.safety_ms} "
+                f"--liveness-ms {args.liveness_ms} --verbose"
+            )
+    print(
+        f"{args.seeds} seeds from {args.start}, nodes={args.nodes}, faults={args.faults}: "
+        f"{failures} failed; totals {totals}"
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
