@@ -1,7 +1,8 @@
 """The sealed contract: what every voter of one cluster must agree on (SPEC §4, seeds/001).
 
 Theory of operation: the contract is the voter mapping (every voter, this node included, id →
-``host:cluster_port``), the limits, the initial definitions and the remote config. Because the
+``host:cluster_port``), the limits, the initial definitions, the remote config and the replication
+backend (a store sealed for the built-in Raft refuses etcd, and the reverse). Because the
 mapping includes this node, every voter computes the same set from its own config, so the digest
 (SHA-256 of canonical JSON) is identical across a correctly configured cluster and differs as soon
 as one voter disagrees about any sealed value. Every value is normalized before hashing (hosts
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.config.replication import contract_entry
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import RemoteConfig, RunnerConfig
 from appliance.core.canonical import canonical_digest
@@ -44,6 +46,7 @@ def sealed_contract(cfg: RunnerConfig) -> dict[str, Any]:
         "limits": limits_to_json(cfg.limits),
         "schedules": [definition_to_json(d) for d in cfg.schedules],
         "remote": remote_to_json(cfg.remote),
+        "replication": contract_entry(cfg.replication),
     }
 
 

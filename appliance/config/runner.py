@@ -42,6 +42,13 @@ from appliance.config.common import (
     TIMEOUT_SECONDS_MAX,
     read_json_file,
 )
+from appliance.config.replication import (
+    RAFT,
+    REPLICATION,
+    EtcdBackend,
+    RaftBackend,
+    check_peers,
+)
 from appliance.config.rfc3339 import rfc3339_rule
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
@@ -126,6 +133,7 @@ class RunnerConfig:
     schedules: tuple[Definition, ...] = ()
     management: ManagementConfig | None = None
     raft: RaftTimings = field(default_factory=RaftTimings)
+    replication: RaftBackend | EtcdBackend = RAFT
 
     @property
     def own_addr(self) -> HostPort:
@@ -271,9 +279,13 @@ RUNNER_RULE: Final = Obj(
         "remote": Field(_remote_rule()),
         "management": Field(_management_rule(), required=False, default=None),
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
+        "replication": Field(REPLICATION, required=False, default=RAFT),
     },
     build=RunnerConfig,
-    checks=(CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),),
+    checks=(
+        CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
+        CrossCheck(("replication", "peers"), check_peers),
+    ),
 )
 
 
