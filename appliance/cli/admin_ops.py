@@ -1,10 +1,16 @@
-"""``appliance admin status|list|create|disable|cancel|delete|acknowledge-stopped``.
+"""``appliance admin status|list|history|output|create|disable|cancel|delete|acknowledge-stopped``.
 
 Operator commands over the management listener (docs/management.md). The bearer comes from an
 environment variable named with ``--token-env`` (never from a flag value, which would show in
 ``ps`` and shell history); the address must be loopback, like the listener itself, so the token
 never crosses a network in clear. Human-readable tables by default, ``--json`` prints the
 listener's JSON reply unchanged for scripts.
+
+``status`` also shows the voter's health view (every voter's role, term, reachability and lag, the
+acquired owner and epoch, the worker, the grant, warnings); with ``--worker-metrics`` it scrapes
+the worker's metrics listener for pool pressure. ``history SCHEDULE_ID`` prints the schedule's drop
+counters, recent drop reasons and every retained occurrence's transition timeline; ``output
+OCCURRENCE_ID`` prints an occurrence's console output, fetched through the runner from the worker.
 
 Exit codes: 0 success; 1 refused or failed (including an uncertain outcome: the message says to
 inspect state, never to retry creation blindly); 2 invalid input (nothing was sent).
@@ -32,6 +38,8 @@ OPERATOR_TOKEN_ENV: Final = "MCP_SCHEDULER_OPERATOR_TOKEN"
 RECOVERY_TOKEN_ENV: Final = "MCP_SCHEDULER_RECOVERY_TOKEN"
 DEFINITION_FILE_BYTES_MAX: Final = 72 * 1024
 READ_TIMEOUT_MS: Final = 60_000
+WORKER_TOKEN_ENV: Final = "MCP_SCHEDULED_WORKER_TOKEN"
+WORKER_METRICS_BYTES_MAX: Final = 1024 * 1024
 
 
 class UsageError(Exception):
@@ -59,6 +67,16 @@ def register(groups: argparse._SubParsersAction) -> None:
         ("status", "status of the voter behind the listener (ownership, term, counts)", None),
         ("list", "list schedules and occurrences (a stale local view)", None),
         (
+            "history",
+            "a schedule's drop counters, recent drop reasons and occurrence timelines",
+            lambda p: p.add_argument("schedule_id", type=int, metavar="SCHEDULE_ID"),
+        ),
+        (
+            "output",
+            "an occurrence's console output, fetched from the worker through the runner",
+            lambda p: p.add_argument("occurrence_id", type=int, metavar="OCCURRENCE_ID"),
+        ),
+        (
             "create",
             "create a schedule from a definition JSON file (or - for stdin)",
             lambda p: p.add_argument("file", metavar="FILE|-"),
@@ -85,6 +103,19 @@ def register(groups: argparse._SubParsersAction) -> None:
             extra(parser)
         _common(parser, OPERATOR_TOKEN_ENV)
         parser.set_defaults(func=run, ops_action=name)
+        if name == "status":
+            parser.add_argument(
+                "--worker-metrics",
+                metavar="HOST:PORT",
+                default=None,
+                help="also scrape the worker's metrics listener (loopback) for pool pressure",
+            )
+            parser.add_argument(
+                "--worker-token-env",
+                default=WORKER_TOKEN_ENV,
+                metavar="NAME",
+                help=f"environment variable holding the worker bearer (default {WORKER_TOKEN_ENV})",
+            )
     ack = groups.add_parser(
         "acknowledge-stopped",
         help="recovery: mark an Unknown/Cancelling occurrence Abandoned (human attestation)",
@@ -110,6 +141,15 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
         return "GET", "/scheduler/v1/status", None
     if action == "list":
         return "GET", "/scheduler/v1/schedules", None
+    if action == "history":
+        return (
+            "GET",
+            f"/scheduler/v1/schedules/{_positive(args.schedule_id, 'SCHEDULE_ID')}/history",
+            None,
+        )
+    if action == "output":
+        oid = _positive(args.occurrence_id, "OCCURRENCE_ID")
+        return "GET", f"/scheduler/v1/occurrences/{oid}/output", None
     command: dict[str, Any] = {"action": action}
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
@@ -175,6 +215,34 @@ def _token(name: str) -> str:
     return value
 
 
+class Failed(Exception):
+    """The request failed before a reply could be read; the message says what was (not) sent."""
+
+
+def _call(
+    client: HttpClient, base: str, token: str, method: str, path: str, body: bytes | None
+) -> tuple[int, dict[str, Any]]:
+    headers = {"Content-Type": "application/json"} if body is not None else None
+    try:
+        response = client.request(method, base + path, body=body, headers=headers, bearer=token)
+    except ConnectFailed as exc:
+        raise Failed(
+            f"cannot reach the management listener ({exc.reason}); nothing was sent"
+        ) from None
+    except AmbiguousSend as exc:
+        raise Failed(
+            f"the request may have been received ({exc.reason}); its outcome is "
+            "uncertain: inspect state with 'appliance admin status' and 'list'"
+        ) from None
+    try:
+        reply = response.json()
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        raise Failed(f"unexpected HTTP {response.status} reply")
+    return response.status, reply
+
+
 def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -182,43 +250,74 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
         base = _base_url(args.addr)
         token = _token(args.token_env)
         method, path, body = build_request(args, stdin)
+        worker = _worker_metrics_target(args)
     except UsageError as exc:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
     client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS)
-    headers = {"Content-Type": "application/json"} if body is not None else None
     try:
-        response = client.request(method, base + path, body=body, headers=headers, bearer=token)
-    except ConnectFailed as exc:
-        print(
-            f"appliance: cannot reach the management listener ({exc.reason}); nothing was sent",
-            file=err,
-        )
-        return EXIT_FAILURE
-    except AmbiguousSend as exc:
-        print(
-            f"appliance: the request may have been received ({exc.reason}); its outcome is "
-            "uncertain: inspect state with 'appliance admin status' and 'list'",
-            file=err,
-        )
+        status, reply = _call(client, base, token, method, path, body)
+        health = None
+        if args.ops_action == "status":
+            health_status, health_reply = _call(client, base, token, "GET", HEALTH_PATH, None)
+            health = health_reply if health_status == 200 else None
+            if health is not None and worker is not None:
+                health["pool"] = _pool_pressure(client, *worker)
+    except Failed as exc:
+        print(f"appliance: {exc}", file=err)
         return EXIT_FAILURE
     finally:
         client.close()
-    try:
-        reply = response.json()
-    except ValueError:
-        reply = None
-    if not isinstance(reply, dict):
-        print(f"appliance: unexpected HTTP {response.status} reply", file=err)
-        return EXIT_FAILURE
     if args.json:
-        print(json.dumps(reply, indent=2, ensure_ascii=False), file=out)
-    if response.status != 200 or reply.get("ok") is not True:
-        print(describe_error(response.status, reply), file=err)
-        return EXIT_FAILURE
+        document = reply if health is None else {"status": reply, "health": health}
+        print(json.dumps(document, indent=2, ensure_ascii=False), file=out)
+    ok = status == 200 and reply.get("ok") is True
     if not args.json:
-        print(render(reply), file=out)
+        if health is not None:
+            print(render_health(health), file=out)
+        if ok:
+            print(_render_ok(args.ops_action, reply), file=out)
+    if not ok:
+        print(describe_error(status, reply), file=err)
+        return EXIT_FAILURE
     return EXIT_OK
+
+
+HEALTH_PATH: Final = "/scheduler/v1/health"
+
+
+def _render_ok(action: str, reply: dict[str, Any]) -> str:
+    if action == "history":
+        return render_history(reply)
+    if action == "output":
+        return render_output(reply)
+    return render(reply)
+
+
+def _worker_metrics_target(args: argparse.Namespace) -> tuple[str, str] | None:
+    addr = getattr(args, "worker_metrics", None)
+    if addr is None:
+        return None
+    return _base_url(addr) + "/metrics", _token(args.worker_token_env)
+
+
+def _pool_pressure(client: HttpClient, url: str, token: str) -> dict[str, Any]:
+    """Pool gauges from the worker's metrics listener (``reachable: false`` when it fails)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        response = client.get(url, bearer=token, response_bytes_max=WORKER_METRICS_BYTES_MAX)
+    except (ConnectFailed, AmbiguousSend) as exc:
+        return {"reachable": False, "detail": exc.reason}
+    if response.status != 200:
+        return {"reachable": True, "detail": f"HTTP {response.status}"}
+    pool: dict[str, Any] = {"reachable": True}
+    prefix = "appliance_engine_pool_"
+    for family in text_string_to_metric_families(response.body.decode("utf-8", "replace")):
+        for sample in family.samples:
+            if sample.name.startswith(prefix) and not sample.name.endswith("_created"):
+                pool[sample.name[len(prefix) :]] = int(sample.value)
+    return pool
 
 
 def describe_error(status: int, reply: dict[str, Any]) -> str:
@@ -277,3 +376,118 @@ def render(reply: dict[str, Any]) -> str:
             parts.append(f"{key}:\n{table(rows)}")
     parts.append(f"({reply.get('meaning', '')})")
     return "\n\n".join(parts)
+
+
+# ---- health, history, output ---------------------------------------------------------------------
+
+
+def _days(seconds: Any) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    return f"{seconds / 86400:.1f} days"
+
+
+def render_health(health: dict[str, Any]) -> str:
+    ownership = health.get("ownership") or {}
+    grant = health.get("grant") or {}
+    checkpoint = health.get("checkpoint") or {}
+    here = " (acquired here)" if ownership.get("acquired_here") else ""
+    lines = [
+        f"health as seen by {health.get('node')} (leader: {health.get('leader') or 'none'})",
+        f"owner       {ownership.get('node') or 'none'} epoch {ownership.get('epoch')}{here}",
+        f"grant       expires {grant.get('expires_at')} (in {_days(grant.get('seconds_left'))})",
+        f"checkpoint  {checkpoint.get('bytes')} bytes, budget {checkpoint.get('budget_bytes')} "
+        f"of {checkpoint.get('bytes_max')}",
+    ]
+    worker = health.get("worker")
+    if isinstance(worker, dict):
+        state = "reachable" if worker.get("reachable") else "UNREACHABLE"
+        if worker.get("reachable") and not worker.get("authorized"):
+            state = "reachable, bearer REFUSED"
+        lines.append(f"worker      {worker.get('url')} {state}")
+    pool = health.get("pool")
+    if isinstance(pool, dict):
+        if "running" in pool:
+            lines.append(
+                f"pool        running {pool.get('running')}/{pool.get('max_concurrent')}, "
+                f"queued {pool.get('queued')}/{pool.get('max_queued')}, "
+                f"saturated {pool.get('saturation_events_total', 0)} times"
+            )
+        else:
+            lines.append(f"pool        unavailable ({pool.get('detail', '')})")
+    voters = [
+        {
+            "voter": v.get("node"),
+            "role": v.get("role"),
+            "term": v.get("term"),
+            "reachable": "yes" if v.get("reachable") else "NO",
+            "lag": v.get("lag_entries"),
+        }
+        for v in health.get("voters") or []
+        if isinstance(v, dict)
+    ]
+    parts = ["\n".join(lines), table(voters)]
+    warnings = [w for w in health.get("warnings") or [] if isinstance(w, dict)]
+    if warnings:
+        parts.append("\n".join(f"WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
+    else:
+        parts.append("no warnings")
+    return "\n\n".join(parts)
+
+
+def history_rows(occurrences: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per transition; the occurrence's fixed fields only on its first/last row."""
+    rows: list[dict[str, Any]] = []
+    for occurrence in occurrences:
+        timeline = occurrence.get("timeline") or [{}]
+        for i, step in enumerate(timeline):
+            first, last = i == 0, i == len(timeline) - 1
+            rows.append(
+                {
+                    "occurrence": occurrence.get("id") if first else "",
+                    "due": occurrence.get("due_at") if first else "",
+                    "attempt": step.get("attempt"),
+                    "state": step.get("state"),
+                    "at": step.get("at"),
+                    "reason": step.get("reason"),
+                    "execution": (occurrence.get("execution_id") or "") if last else "",
+                    "failure": (occurrence.get("failure_reason") or "") if last else "",
+                }
+            )
+    return rows
+
+
+def render_history(reply: dict[str, Any]) -> str:
+    schedule = reply.get("schedule") or {}
+    definition = schedule.get("definition") or {}
+    policy = definition.get("policy") or {}
+    dropped = reply.get("dropped") or {}
+    head = [
+        f"schedule {schedule.get('id')} {definition.get('name') or ''}".rstrip()
+        + f" ({'enabled' if schedule.get('enabled') else 'disabled'})",
+        f"cron {definition.get('cron')} {definition.get('timezone')}, missed "
+        f"{json.dumps(policy.get('missed'))}, overlap {policy.get('overlap')}",
+        "dropped slots: "
+        + ", ".join(
+            f"{reason} {dropped.get(reason, 0)}" for reason in ("missed", "overlap", "capacity")
+        )
+        + f" (observed up to {reply.get('cursor_at')})",
+    ]
+    parts = ["\n".join(head)]
+    recent = reply.get("recent_drops") or []
+    parts.append(f"recent drops:\n{table(recent)}")
+    parts.append(f"timeline:\n{table(history_rows(reply.get('occurrences') or []))}")
+    parts.append("(a local view of this voter's replica; it may lag the acquired owner)")
+    return "\n\n".join(parts)
+
+
+def render_output(reply: dict[str, Any]) -> str:
+    output = reply.get("output") or {}
+    text = output.get("text") or ""
+    note = (
+        f"-- occurrence {reply.get('occurrence_id')} attempt {reply.get('attempt')} "
+        f"({reply.get('execution_id')}, {reply.get('status')}): {output.get('bytes')} bytes"
+    )
+    if output.get("truncated"):
+        note += ", truncated"
+    return f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}{note} --"

@@ -13,7 +13,8 @@ Theory of operation, start-up in this order (each step fails closed with a clear
 
 SIGTERM/SIGINT stop the listener first (no new work), then the engine (running executions are
 cancelled and their children reaped, recorded as ``cancelled``/"engine shutdown"), then the
-store. ``metrics_addr`` is accepted by the config but no metrics listener exists yet.
+store. With ``metrics_addr`` a second loopback listener serves ``GET /metrics`` (worker bearer;
+appliance.worker.metrics_routes): engine outcomes, pool pressure and store sizes.
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from appliance.engine import Engine, SystemClock, kill_recorded_children
 from appliance.engine.clock import Clock
 from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
 from appliance.http import HttpClient, HttpServer
+from appliance.metrics.worker import WorkerMetrics
 from appliance.store.worker_store import WorkerStore
 from appliance.worker.admission import AdmissionClient
 from appliance.worker.child_pids import ChildPidFile
 from appliance.worker.crash import CrashHook
+from appliance.worker.metrics_routes import METRICS_BODY_BYTES_MAX, create_worker_metrics_app
 from appliance.worker.routes import BODY_BYTES_MAX, create_worker_app
 from appliance.worker.service import WorkerService, now_ms_of
 
@@ -79,6 +82,8 @@ class Worker:
         self.store: WorkerStore | None = None
         self.engine: Engine | None = None
         self.server: HttpServer | None = None
+        self.metrics = WorkerMetrics()
+        self.metrics_server: HttpServer | None = None
         self._client: HttpClient | None = None
         self.lost: list[str] = []
         self.killed_children: list[int] = []
@@ -117,6 +122,7 @@ class Worker:
             on_child_spawned=pid_file.record,
         )
         holder["engine"] = self.engine
+        self.metrics.attach(self.engine, store.path)
         self._client = HttpClient(idle_connections_per_origin_max=0)
         admission = AdmissionClient(
             config.admission_urls,
@@ -133,6 +139,7 @@ class Worker:
             crash=self.settings.crash,
         )
         self.lost = service.mark_lost_executions()
+        self.metrics.record_lost(self.lost)
         app = create_worker_app(service, config.namespace, self.settings.credentials.bearer)
         self.server = HttpServer(
             app,
@@ -145,8 +152,19 @@ class Worker:
             threads=HTTP_THREADS,
             error_extra={"protocol": 1},
         ).start()
+        if config.metrics_addr is not None:
+            self.metrics_server = HttpServer(
+                create_worker_metrics_app(self.metrics.registry, self.settings.credentials.bearer),
+                host=config.metrics_addr.host,
+                port=config.metrics_addr.port,
+                name="worker metrics",
+                body_bytes_max=METRICS_BODY_BYTES_MAX,
+            ).start()
 
     def stop(self) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.stop()
+            self.metrics_server = None
         if self.server is not None:
             self.server.stop()
             self.server = None
@@ -191,6 +209,9 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
         ready = {
             "event": "ready",
             "addr": f"{server.host}:{server.port}",
+            "metrics_addr": None
+            if worker.metrics_server is None
+            else f"{worker.metrics_server.host}:{worker.metrics_server.port}",
             "incarnation": store.incarnation_id,
             "lost": worker.lost,
             "killed_children": worker.killed_children,

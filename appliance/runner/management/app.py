@@ -12,7 +12,12 @@ Theory of operation. The order of refusals is the security order, all before the
 Then the responders parse strictly, validate (``commands.check_command``: 403 / 400 naming the
 field, before the queue) and hand the command to the gateway (``replies.run_command``). Routes:
 ``GET /scheduler/v1/status``, ``GET /scheduler/v1/schedules``, ``POST /scheduler/v1/commands`` and
-``POST /mcp`` (``mcp_endpoint``). Nothing else is mounted.
+``POST /mcp`` (``mcp_endpoint``). With an ``Observability`` (a live voter, see
+``appliance.metrics.voter``) the documented extensions are mounted too, all read-only local views
+that never enter the runner loop: ``GET /metrics`` (Prometheus), ``GET /scheduler/v1/health``,
+``GET /scheduler/v1/occurrences/{id}`` (one occurrence's detail), ``GET
+/scheduler/v1/occurrences/{id}/output`` (console output fetched from the worker, bounded) and
+``GET /scheduler/v1/schedules/{id}/history``. Nothing else is mounted.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import falcon
 
@@ -47,6 +52,32 @@ STATUS_PATH: Final = "/scheduler/v1/status"
 SCHEDULES_PATH: Final = "/scheduler/v1/schedules"
 COMMANDS_PATH: Final = "/scheduler/v1/commands"
 MCP_PATH: Final = "/mcp"
+METRICS_PATH: Final = "/metrics"
+HEALTH_PATH: Final = "/scheduler/v1/health"
+OCCURRENCE_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}"
+OUTPUT_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}/output"
+HISTORY_PATH: Final = "/scheduler/v1/schedules/{schedule_id}/history"
+ID_DIGITS_MAX: Final = 19  # ids fit in 63 bits; a longer path segment is not one of ours
+
+
+class ViewReply(Protocol):
+    status: int
+    body: dict[str, Any]
+
+
+class Observability(Protocol):
+    """The read-only views of a live voter (``appliance.metrics.voter.VoterObservability``)."""
+
+    @property
+    def registry(self) -> Any: ...
+
+    def health(self) -> ViewReply: ...
+
+    def occurrence(self, occurrence_id: int) -> ViewReply: ...
+
+    def output(self, occurrence_id: int) -> ViewReply: ...
+
+    def schedule(self, schedule_id: int) -> ViewReply: ...
 
 
 @dataclass(frozen=True)
@@ -141,11 +172,67 @@ class _Commands:
         send(resp, run_command(self._gateway, command, role, self._options.reply_timeout_s))
 
 
+def _path_id(value: str, name: str) -> int:
+    """A path segment that must be a positive id (400 naming it otherwise)."""
+    if not (value.isascii() and value.isdigit()) or len(value) > ID_DIGITS_MAX or int(value) < 1:
+        raise ApiError(400, "invalid_id", f"{name}: must be a positive integer id")
+    return int(value)
+
+
+def send_view(resp: falcon.Response, reply: ViewReply) -> None:
+    send(resp, Outcome(reply.status, reply.body))
+
+
+class _Health:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        send_view(resp, self._views.health())
+
+
+class _Occurrence:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, occurrence_id: str) -> None:
+        send_view(resp, self._views.occurrence(_path_id(occurrence_id, "occurrence_id")))
+
+
+class _Output:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, occurrence_id: str) -> None:
+        send_view(resp, self._views.output(_path_id(occurrence_id, "occurrence_id")))
+
+
+class _History:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
+        send_view(resp, self._views.schedule(_path_id(schedule_id, "schedule_id")))
+
+
+def observability_routes(views: Observability) -> dict[str, Any]:
+    from appliance.metrics.exposition import MetricsResource
+
+    return {
+        METRICS_PATH: MetricsResource(views.registry),
+        HEALTH_PATH: _Health(views),
+        OCCURRENCE_PATH: _Occurrence(views),
+        OUTPUT_PATH: _Output(views),
+        HISTORY_PATH: _History(views),
+    }
+
+
 def create_management_app(
     gateway: CommandGateway,
     credentials: RunnerCredentials | Mapping[str, Secret | str | None],
     limits: Limits,
     options: ManagementOptions | None = None,
+    observability: Observability | None = None,
 ) -> falcon.App:
     """The management WSGI app; ``credentials`` must hold every role the process knows."""
     options = options or ManagementOptions()
@@ -156,6 +243,8 @@ def create_management_app(
         COMMANDS_PATH: _Commands(gateway, limits, options),
         MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s),
     }
+    if observability is not None:
+        routes.update(observability_routes(observability))
     return create_app(
         routes=routes,
         credentials=table,

@@ -14,7 +14,11 @@ from appliance.config.addresses import HostPort, is_loopback_host
 from appliance.config.credentials import RunnerCredentials, Secret
 from appliance.core.limits import Limits
 from appliance.http import HttpServer
-from appliance.runner.management.app import ManagementOptions, create_management_app
+from appliance.runner.management.app import (
+    ManagementOptions,
+    Observability,
+    create_management_app,
+)
 from appliance.runner.management.gateway import CommandGateway
 
 
@@ -34,13 +38,14 @@ class ManagementListener:
         options: ManagementOptions | None = None,
         *,
         threads: int = 8,
+        observability: Observability | None = None,
     ) -> None:
         if not is_loopback_host(addr.host):
             raise NotLoopback(
                 f"management.addr must be a loopback address (127.0.0.0/8 or ::1), got {addr}"
             )
         self.options = options or ManagementOptions()
-        app = create_management_app(gateway, credentials, limits, self.options)
+        app = create_management_app(gateway, credentials, limits, self.options, observability)
         self._server = HttpServer(
             app,
             host=addr.host,

@@ -13,7 +13,12 @@ from typing import Any
 from appliance.core.limits import Limits
 from appliance.runner.management.app import (
     COMMANDS_PATH,
+    HEALTH_PATH,
+    HISTORY_PATH,
     MCP_PATH,
+    METRICS_PATH,
+    OCCURRENCE_PATH,
+    OUTPUT_PATH,
     REQUEST_BYTES_MAX,
     SCHEDULES_PATH,
     STATUS_PATH,
@@ -41,6 +46,207 @@ def _error_response(description: str, extra: dict[str, Any] | None = None) -> di
     if extra:
         schema = {"allOf": [schema, {"type": "object", "properties": extra}]}
     return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _id_parameter(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    }
+
+
+def _view(schema: str, description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": _REF + schema}}},
+    }
+
+
+def _extension_paths() -> dict[str, Any]:
+    """The operability extensions (docs/operations.md): read-only local views, never queued."""
+    errors = {
+        "401": {"$ref": _ERR + "Unauthorized"},
+        "403": {"$ref": _ERR + "Forbidden"},
+    }
+    by_id = {**errors, "400": _error_response("the path id is not a positive integer")}
+    return {
+        METRICS_PATH: {
+            "get": {
+                "operationId": "metrics",
+                "summary": "extension: Prometheus metrics of this voter (text exposition)",
+                "responses": {
+                    "200": {
+                        "description": "Prometheus text exposition format 0.0.4",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **errors,
+                },
+            }
+        },
+        HEALTH_PATH: {
+            "get": {
+                "operationId": "health",
+                "summary": "extension: voters, owner and epoch, worker, grant, warnings "
+                "(this voter's view)",
+                "responses": {"200": _view("Health", "the health view"), **errors},
+            }
+        },
+        OCCURRENCE_PATH: {
+            "get": {
+                "operationId": "occurrence",
+                "summary": "extension: one occurrence's detail (due time, timeline, attempt, "
+                "execution id, failure reason); a local view",
+                "parameters": [_id_parameter("occurrence_id")],
+                "responses": {
+                    "200": _view("OccurrenceDetail", "the retained record"),
+                    "404": _error_response("no retained occurrence with this id"),
+                    **by_id,
+                },
+            }
+        },
+        OUTPUT_PATH: {
+            "get": {
+                "operationId": "occurrence_output",
+                "summary": "extension: the console output of the occurrence's latest "
+                "dispatched attempt, fetched from the worker (at most 64 KiB)",
+                "parameters": [_id_parameter("occurrence_id")],
+                "responses": {
+                    "200": _view("Output", "the output as the worker holds it"),
+                    "404": _error_response("no such occurrence, or never dispatched"),
+                    "502": _error_response("the worker did not return the execution"),
+                    **by_id,
+                },
+            }
+        },
+        HISTORY_PATH: {
+            "get": {
+                "operationId": "schedule_history",
+                "summary": "extension: a schedule's drop counters, recent drop reasons and "
+                "retained occurrences with their timelines; a local view",
+                "parameters": [_id_parameter("schedule_id")],
+                "responses": {
+                    "200": _view("History", "the schedule's history"),
+                    "404": _error_response("no schedule with this id"),
+                    **by_id,
+                },
+            }
+        },
+    }
+
+
+_OBJECT: dict[str, Any] = {"type": "object"}
+_INSTANT: dict[str, Any] = {"type": ["string", "null"], "format": "date-time"}
+
+
+def _extension_schemas() -> dict[str, Any]:
+    timeline = {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "properties": {
+                "state": {"type": "string"},
+                "at": _INSTANT,
+                "attempt": {"type": "integer"},
+                "reason": {"type": "string"},
+            },
+        },
+    }
+    occurrence = {
+        "type": "object",
+        "required": ["id", "schedule_id", "state", "due", "attempt", "timeline"],
+        "properties": {
+            "id": {"type": "integer"},
+            "schedule_id": {"type": "integer"},
+            "state": {"type": "string"},
+            "due": {"type": "integer", "description": "Unix seconds"},
+            "due_at": _INSTANT,
+            "attempt": {"type": "integer"},
+            "retries_used": {"type": "integer"},
+            "not_before_at": _INSTANT,
+            "execution_id": {"type": ["string", "null"]},
+            "failure_reason": {"type": ["string", "null"]},
+            "timeline": timeline,
+            "schedule_name": {"type": ["string", "null"]},
+            "schedule_deleted": {"type": "boolean"},
+        },
+    }
+    return {
+        "Health": {
+            "type": "object",
+            "required": ["ok", "node", "voters", "ownership", "grant", "warnings"],
+            "properties": {
+                "ok": {"const": True},
+                "local_view": {"const": True},
+                "node": {"type": "string"},
+                "leader": {"type": ["string", "null"]},
+                "voters": {"type": "array", "items": _OBJECT},
+                "ownership": _OBJECT,
+                "grant": _OBJECT,
+                "checkpoint": _OBJECT,
+                "counts": _OBJECT,
+                "unknown_occurrences": {"type": "array", "items": {"type": "integer"}},
+                "worker": {"type": ["object", "null"]},
+                "warnings": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                    },
+                },
+            },
+        },
+        "OccurrenceDetail": {
+            "type": "object",
+            "required": ["ok", "occurrence"],
+            "properties": {
+                "ok": {"const": True},
+                "local_view": {"const": True},
+                "occurrence": occurrence,
+            },
+        },
+        "History": {
+            "type": "object",
+            "required": ["ok", "schedule", "dropped", "recent_drops", "occurrences"],
+            "properties": {
+                "ok": {"const": True},
+                "local_view": {"const": True},
+                "schedule": _OBJECT,
+                "cursor_at": _INSTANT,
+                "dropped": {
+                    "type": "object",
+                    "properties": {
+                        "missed": {"type": "integer"},
+                        "overlap": {"type": "integer"},
+                        "capacity": {"type": "integer"},
+                    },
+                },
+                "recent_drops": {"type": "array", "items": _OBJECT},
+                "counts": _OBJECT,
+                "occurrences": {"type": "array", "items": occurrence},
+            },
+        },
+        "Output": {
+            "type": "object",
+            "required": ["ok", "occurrence_id", "attempt", "execution_id", "status", "output"],
+            "properties": {
+                "ok": {"const": True},
+                "occurrence_id": {"type": "integer"},
+                "attempt": {"type": "integer"},
+                "execution_id": {"type": "string"},
+                "status": {"type": "string"},
+                "output": {
+                    "type": "object",
+                    "properties": {
+                        "text": {"type": "string"},
+                        "bytes": {"type": "integer"},
+                        "truncated": {"type": "boolean"},
+                    },
+                },
+            },
+        },
+    }
 
 
 def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
@@ -144,11 +350,13 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                     },
                 }
             },
+            **_extension_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {
                 "Command": {"oneOf": _command_schemas(limits)},
+                **_extension_schemas(),
                 "JsonRpcRequest": {
                     "type": "object",
                     "required": ["jsonrpc", "method"],

@@ -7,6 +7,12 @@ its reply; there is no second dispatcher, retry or cancellation state here (seed
 in the stdin shape (``{"ok": false, "status": 409, ...}``) are mapped by ``replies.run_command``:
 409 stays 409, ``accepted: false`` stays a definite non-acceptance, anything else that failed
 after admission is reported as uncertain.
+
+The service also builds the voter's observability (``appliance.metrics.voter``): the Prometheus
+registry with its scrape-time collector, the peer and worker probes, history and output views.
+They read what the runner already exposes and never enter the loop. Event metrics (dispatch
+latency, admissions, proposal commit latency) need the runner built with the wrappers of
+``appliance.metrics.hooks`` around its log and replication, fed the same ``metrics`` object.
 """
 
 from __future__ import annotations
@@ -16,6 +22,9 @@ from typing import Any, Protocol
 
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
+from appliance.metrics.runner import RunnerMetrics
+from appliance.metrics.voter import VoterObservability, WorkerProbe
+from appliance.metrics.voters import VoterProbe
 from appliance.runner.management.app import ManagementOptions
 from appliance.runner.management.gateway import BoundedCommandQueue, Handler, ThreadedConsumer
 from appliance.runner.management.listener import ManagementListener
@@ -39,6 +48,25 @@ def runner_handler(runner: OperatorRunner) -> Handler:
     return handle
 
 
+def voter_observability(
+    cfg: RunnerConfig,
+    credentials: RunnerCredentials,
+    runner: Any,
+    *,
+    metrics: RunnerMetrics | None = None,
+    store: Any = None,
+) -> VoterObservability:
+    """Metrics, health, history and output of ``runner`` (peers probed with the cluster bearer)."""
+    peers = {node: addr for node, addr in cfg.voters.items() if node != cfg.node_id}
+    return VoterObservability(
+        runner,
+        metrics=metrics,
+        store=store,
+        probe=VoterProbe(peers, credentials.cluster) if peers else None,
+        worker_probe=WorkerProbe(cfg.remote.url.url, credentials.worker),
+    )
+
+
 class ManagementService:
     """The listener plus its forwarding consumer, for one runner process."""
 
@@ -48,13 +76,24 @@ class ManagementService:
         credentials: RunnerCredentials,
         runner: OperatorRunner,
         options: ManagementOptions | None = None,
+        *,
+        metrics: RunnerMetrics | None = None,
+        store: Any = None,
     ) -> None:
         if cfg.management is None:
             raise ValueError("the config has no management section")
         self.gateway = BoundedCommandQueue()
         self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner))
+        self.observability = voter_observability(
+            cfg, credentials, runner, metrics=metrics, store=store
+        )
         self.listener = ManagementListener(
-            cfg.management.addr, self.gateway, credentials, cfg.limits, options
+            cfg.management.addr,
+            self.gateway,
+            credentials,
+            cfg.limits,
+            options,
+            observability=self.observability,
         )
 
     @property
@@ -73,3 +112,4 @@ class ManagementService:
     def stop(self) -> None:
         self.listener.stop()
         self.consumer.stop()
+        self.observability.close()

@@ -1,0 +1,231 @@
+"""What one voter shows operators: metrics, health, history and output, from a running ``Runner``.
+
+``VoterObservability`` is handed to the management app. It reads only what the runner already
+exposes — the machine (replicated state, under its lock), the replication status, the store's log
+bounds, the runner's clock, acquired epoch and worker client — and never enters the runner loop, so
+a busy or wedged loop still leaves ``/metrics`` and the health view answering. Reads are local
+views: like ``list``, they may lag the acquired owner by the entries not yet applied here.
+
+Output retrieval goes through the runner's worker client to the worker's executions route (worker
+bearer, bounded response), so the console output of a run is fetched on demand and never copied
+into the checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from appliance.config.credentials import Secret
+from appliance.config.rfc3339 import format_utc
+from appliance.core import state as core
+from appliance.core.occurrence import OccurrenceState
+from appliance.http import ClientError, HttpClient
+from appliance.metrics.health import HealthInputs, WorkerView, health_document
+from appliance.metrics.history import occurrence_view, schedule_history
+from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
+from appliance.metrics.voters import VoterProbe
+from appliance.runner.binding import execution_id
+
+T = TypeVar("T")
+
+OUTPUT_REPLY_BYTES_MAX: Final = 64 * 1024
+WORKER_PROBE_TIMEOUT_MS: Final = 1000
+WORKER_EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/"
+# A syntactically valid execution id no schedule can have (ids start at 1): any HTTP answer to it
+# proves the worker is up, 404 proves it also accepted the bearer.
+PROBE_EXECUTION_ID: Final = "s0-o0-a0"
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: dict[str, Any]
+
+
+def _error(status: int, code: str, message: str) -> Reply:
+    return Reply(
+        status, {"ok": False, "status": status, "error": {"code": code, "message": message}}
+    )
+
+
+class RunnerReader:
+    """The ``RunnerSource`` of a live runner (attributes it already has; no loop round trip)."""
+
+    def __init__(self, runner: Any, store: Any = None, probe: VoterProbe | None = None) -> None:
+        self._runner = runner
+        self._store = store
+        self._probe = probe
+
+    def raft_status(self) -> dict[str, Any]:
+        return dict(self._runner.replication.status())
+
+    def read(self, fn: Callable[[core.SchedulerState], T]) -> T:
+        return self._runner.machine.read(fn)
+
+    def acquired_epoch(self) -> int | None:
+        return self._runner.epoch
+
+    def grant_seconds_left(self) -> float:
+        return self._runner.cfg.remote.expires_at.timestamp() - self._runner.clock.now_s()
+
+    def log_entries(self) -> int | None:
+        if self._store is None:
+            return None
+        first, last = self._store.first_index(), self._store.last_index()
+        return 0 if first == 0 else last - first + 1
+
+    def voters(self) -> list[VoterView]:
+        if self._probe is None:
+            return []
+        return self._probe.views(self.raft_status().get("commit_index"))
+
+
+class WorkerProbe:
+    """Is the runner's worker up and accepting the worker bearer? (one bounded GET)"""
+
+    def __init__(self, url: str, bearer: Secret | str) -> None:
+        self.url = url.rstrip("/")
+        self._bearer = bearer
+        self._client = HttpClient(
+            connect_timeout_ms=WORKER_PROBE_TIMEOUT_MS, read_timeout_ms=WORKER_PROBE_TIMEOUT_MS
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def view(self) -> WorkerView:
+        try:
+            response = self._client.get(
+                self.url + WORKER_EXECUTIONS_PATH + PROBE_EXECUTION_ID,
+                bearer=self._bearer,
+                response_bytes_max=4096,
+            )
+        except ClientError as exc:
+            return WorkerView(self.url, reachable=False, authorized=False, detail=exc.reason)
+        authorized = response.status != 401
+        return WorkerView(self.url, True, authorized, detail=f"HTTP {response.status}")
+
+
+class VoterObservability:
+    """Metrics, health, history and output of one voter, for the management listener."""
+
+    def __init__(
+        self,
+        runner: Any,
+        *,
+        metrics: RunnerMetrics | None = None,
+        store: Any = None,
+        probe: VoterProbe | None = None,
+        worker_probe: WorkerProbe | None = None,
+    ) -> None:
+        self.runner = runner
+        self.metrics = metrics or RunnerMetrics()
+        self.reader = RunnerReader(runner, store, probe)
+        self._probe = probe
+        self._worker_probe = worker_probe
+        self.metrics.attach(self.reader)
+        machine = getattr(runner, "machine", None)
+        if machine is not None and hasattr(machine, "on_applied"):
+            machine.on_applied(self.metrics.on_applied)
+
+    @property
+    def registry(self) -> Any:
+        return self.metrics.registry
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+        if self._worker_probe is not None:
+            self._worker_probe.close()
+
+    # -- health --
+
+    def health(self) -> Reply:
+        reader = self.reader
+        raft = reader.raft_status()
+        figures = reader.read(state_figures)
+        unknown = reader.read(
+            lambda st: sorted(
+                oid for oid, r in st.occurrences.items() if r.state is OccurrenceState.UNKNOWN
+            )
+        )
+        peers = reader.voters()
+        cfg = self.runner.cfg
+        inputs = HealthInputs(
+            node_id=cfg.node_id,
+            raft=raft,
+            peers=peers,
+            figures=figures,
+            unknown_ids=unknown,
+            acquired_epoch=reader.acquired_epoch(),
+            grant_expires_at=format_utc(cfg.remote.expires_at),
+            grant_seconds_left=reader.grant_seconds_left(),
+            worker=None if self._worker_probe is None else self._worker_probe.view(),
+            voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),
+        )
+        return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
+
+    # -- history --
+
+    def occurrence(self, occurrence_id: int) -> Reply:
+        view = self.reader.read(lambda st: occurrence_view(st, occurrence_id))
+        if view is None:
+            return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
+        return Reply(200, {"ok": True, "local_view": True, "occurrence": view})
+
+    def schedule(self, schedule_id: int) -> Reply:
+        view = self.reader.read(lambda st: schedule_history(st, schedule_id))
+        if view is None:
+            return _error(404, "unknown_schedule", f"no schedule {schedule_id}")
+        return Reply(200, {"ok": True, "local_view": True, **view})
+
+    # -- output --
+
+    def output(self, occurrence_id: int) -> Reply:
+        record = self.reader.read(lambda st: st.occurrences.get(occurrence_id))
+        if record is None:
+            return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
+        execution_id = _execution_id_of(record)
+        if execution_id is None:
+            return _error(404, "not_dispatched", f"occurrence {occurrence_id} was never dispatched")
+        observed = self.runner.worker.observe(execution_id)
+        if observed.status is None or observed.document is None:
+            return _error(
+                502,
+                "worker_unavailable",
+                f"the worker did not return execution {execution_id}: {observed.detail[:200]}",
+            )
+        return Reply(200, _output_body(occurrence_id, record.attempt, execution_id, observed))
+
+
+def _execution_id_of(record: Any) -> str | None:
+    """The worker's id of the record's latest dispatched attempt.
+
+    A claimed attempt's id is derived (schedule, occurrence, attempt), so it is known even when the
+    exec answer was lost (Unknown). A Pending record's current attempt has not been dispatched: its
+    latest run is the one whose outcome recorded ``execution_id`` (a retry-waiting failure).
+    """
+    if record.state is OccurrenceState.PENDING:
+        return record.execution_id
+    return execution_id(record.schedule_id, record.id, record.attempt)
+
+
+def _output_body(occurrence_id: int, attempt: int, execution_id: str, observed: Any) -> dict:
+    document = observed.document
+    output = document.get("output") if isinstance(document.get("output"), dict) else {}
+    text = output.get("text") if isinstance(output.get("text"), str) else ""
+    raw = text.encode("utf-8", "replace")
+    truncated = bool(output.get("truncated"))
+    if len(raw) > OUTPUT_REPLY_BYTES_MAX:
+        text = raw[:OUTPUT_REPLY_BYTES_MAX].decode("utf-8", "ignore")
+        truncated = True
+    return {
+        "ok": True,
+        "occurrence_id": occurrence_id,
+        "attempt": attempt,
+        "execution_id": execution_id,
+        "status": observed.status,
+        "output": {"text": text, "bytes": len(raw), "truncated": truncated},
+    }

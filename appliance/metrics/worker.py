@@ -1,0 +1,118 @@
+"""The worker's Prometheus metrics: engine outcomes, pool pressure and store sizes.
+
+Theory of operation. Engine outcomes are events: the engine calls every listener on each
+transition of an execution, and :class:`WorkerMetrics` counts the terminal ones by status (plus the
+executions a new incarnation found unfinished and marked ``lost``). Pool pressure and store sizes
+are state, read at scrape time: ``Engine.stats()`` (running, queued, reserved, limits, saturation
+and queueing counts) and a read-only connection to the worker's SQLite file (invocation records,
+receipts, execution records and the bytes of captured output they hold). The read-only
+connection never takes the store's write lock and is bounded by a short busy timeout, so a scrape
+cannot delay an exec or a cancel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import apsw
+from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+ENGINE_OUTCOMES: Final = ("completed", "failed", "timed_out", "cancelled", "lost")
+STORE_BUSY_TIMEOUT_MS: Final = 200
+
+
+class WorkerMetrics:
+    """One worker process's registry: ``attach(engine, store_path)`` once the engine exists."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.executions = Counter(
+            "appliance_engine_executions",
+            "Executions that reached a terminal status in this worker process, by outcome "
+            "(lost: left unfinished by an earlier incarnation, found at start-up)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ENGINE_OUTCOMES:
+            self.executions.labels(outcome)  # export zeros: rate() needs the series to exist
+
+    def on_report(self, report: Any) -> None:
+        """Engine listener: count terminal reports (the pool delivers one per execution)."""
+        status = getattr(getattr(report, "status", None), "value", None)
+        if status in ENGINE_OUTCOMES and status != "lost":
+            self.executions.labels(status).inc()
+
+    def record_lost(self, execution_ids: Iterable[str]) -> None:
+        self.executions.labels("lost").inc(len(list(execution_ids)))
+
+    def attach(self, engine: Any, store_path: Path | str | None) -> None:
+        engine.add_listener(self.on_report)
+        self.registry.register(WorkerCollector(engine, store_path))
+
+
+class WorkerCollector(Collector):
+    def __init__(self, engine: Any, store_path: Path | str | None) -> None:
+        self._engine = engine
+        self._store_path = None if store_path is None else str(store_path)
+
+    def collect(self) -> Iterator[Any]:
+        yield from self._pool()
+        if self._store_path is not None:
+            yield from self._store()
+
+    def _pool(self) -> Iterator[Any]:
+        stats = self._engine.stats()
+        for name, value, doc in (
+            ("running", stats.running, "Executions holding an engine slot"),
+            ("queued", stats.queued, "Accepted executions waiting for a slot (queue depth)"),
+            ("reserved", stats.reserved, "Slots reserved for executions being launched"),
+            ("max_concurrent", stats.max_concurrent, "Engine slots (engine.max_concurrent)"),
+            ("max_queued", stats.max_queued, "Queue capacity (engine.max_queued)"),
+            ("warm_children", stats.warm_children, "Pre-started V8 children ready to run"),
+            ("live_children", stats.live_children, "Live V8 child processes"),
+        ):
+            yield GaugeMetricFamily(f"appliance_engine_pool_{name}", doc, value=value)
+        for name, value, doc in (
+            (
+                "saturation_events",
+                stats.saturation_events,
+                "Submissions refused because slots and queue were full",
+            ),
+            ("queued_events", stats.queued_events, "Submissions that had to wait in the queue"),
+            ("submitted", stats.submitted_total, "Submissions accepted by the engine"),
+        ):
+            yield CounterMetricFamily(f"appliance_engine_pool_{name}", doc, value=value)
+
+    def _store(self) -> Iterator[Any]:
+        try:
+            counts = _store_counts(self._store_path or "")
+        except apsw.Error:
+            return  # busy or closing: skip this scrape's store figures rather than block
+        for name, value, doc in (
+            ("invocations", counts[0], "Invocation records (reservation, permit, consumption)"),
+            ("receipts", counts[1], "Invocation records holding a submission receipt"),
+            ("executions", counts[2], "Execution records"),
+            ("output_bytes", counts[3], "Bytes of captured console output stored"),
+        ):
+            yield GaugeMetricFamily(f"appliance_worker_store_{name}", doc, value=value)
+
+
+def _store_counts(path: str) -> tuple[int, int, int, int]:
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        conn.set_busy_timeout(STORE_BUSY_TIMEOUT_MS)
+        # Records are canonical JSON (no whitespace): an absent receipt is exactly this text.
+        invocations, receipts = conn.execute(
+            "SELECT count(*), coalesce(sum(instr(CAST(record AS TEXT), '\"receipt\":null') = 0), 0)"
+            " FROM invocation"
+        ).fetchall()[0]
+        executions, output_bytes = conn.execute(
+            "SELECT count(*), coalesce(sum(length(output)), 0) FROM execution"
+        ).fetchall()[0]
+    finally:
+        conn.close()
+    return int(invocations), int(receipts), int(executions), int(output_bytes)
