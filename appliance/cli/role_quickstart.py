@@ -1,4 +1,4 @@
-"""``appliance quickstart``: the embedded default on loopback (docs/runner.md)."""
+"""``appliance quickstart``: the embedded default on loopback (docs/quickstart-internals.md)."""
 
 from __future__ import annotations
 
@@ -7,19 +7,31 @@ import sys
 
 from appliance.cli.role_runner import time_scale_arg
 
+DEFAULT_DATA_DIR = "appliance-quickstart"  # kept equal to appliance.runner.quickstart's
+
 
 def run(args: argparse.Namespace) -> int:
     from appliance.runner.quickstart import run_quickstart  # keep `appliance --help` light
 
-    return run_quickstart(args.data_dir, sys.stdin, sys.stdout, time_scale=args.time_scale)
+    return run_quickstart(
+        args.data_dir, sys.stdin, sys.stdout, time_scale=args.time_scale, stderr=sys.stderr
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     quickstart = subparsers.add_parser(
-        "quickstart", help="start one voter, one worker and a demo schedule on loopback"
+        "quickstart",
+        help="start one voter, one worker and a demo schedule on loopback",
+        description="Start one voter (single replication), its admission route and loopback "
+        "management listener, one worker and its engine, with fresh credentials and a demo "
+        "schedule that runs every minute. Running it again resumes the same data directory. "
+        "Ctrl-C stops everything.",
     )
     quickstart.add_argument(
-        "--data-dir", metavar="DIR", help="where configs, credentials and stores live"
+        "--data-dir",
+        metavar="DIR",
+        default=DEFAULT_DATA_DIR,
+        help=f"where configs, credentials, stores and logs live (default: ./{DEFAULT_DATA_DIR})",
     )
     quickstart.add_argument(
         "--time-scale",

@@ -1,182 +1,183 @@
-"""``appliance quickstart``: one voter and one worker on loopback, from one command.
+"""``appliance quickstart``: one voter, its worker and a demo schedule on loopback, one command.
 
-Theory of operation: the first run writes everything into the data directory — fresh distinct
-credentials (``credentials.json``, mode 0600), a runner config and a worker config on free
-loopback ports, with a demo schedule (``* * * * *``, JavaScript that logs a line) as the initial
-schedule — and later runs reuse those files, because the ports, the worker URL and the grant
-expiry are part of the sealed contract the store was created with. The worker is a child process
-(``python -m appliance worker``); the voter runs in this process. Decisions go to
-``runner.log`` in the data directory; the terminal shows where things listen and one line per
-occurrence outcome. Operator commands can be typed on stdin (one JSON object per line). Ctrl-C
-stops both.
+Theory of operation, in this order (each step fails closed with a message that says what to do):
+
+1. ``--time-scale`` is refused unless ``APPLIANCE_TESTING=1`` (exit 2);
+2. the data directory is prepared (``quickstart_files``): the first run writes fresh distinct
+   credentials (``credentials.env``, mode 0600), ``runner.json`` and ``worker.json`` on free
+   loopback ports with the demo schedule as the initial schedule; later runs reuse them and resume
+   the same stores (a sealed port that is taken is an error, exit 1);
+3. SIGINT/SIGTERM handlers are installed before anything starts, so Ctrl-C at any moment leads
+   to the same clean shutdown;
+4. the worker starts as a child process (``python -m appliance worker``) with the credentials in
+   its environment only; it is ready when it prints its ``ready`` line;
+5. the voter (``RunnerProcess``: Raft member with ``single`` replication, admission route,
+   management listener, runner loop) starts in this process, its decision log going to
+   ``runner.log`` through the ``Console``, which shows outcomes and their output on stdout;
+6. a banner names every address, the credentials file, and the exact shell lines that run
+   ``appliance admin status`` against the management listener; no credential is ever printed.
+
+Shutdown (Ctrl-C, SIGTERM or a fatal Raft error): the voter drains while admission stays up, the
+worker child is terminated and reaped (it reaps its engine children), the store and logs close;
+exit 0 (1 after a fatal error). Operator commands can also be typed on stdin, one JSON object per
+line; EOF on stdin leaves scheduling running.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import os
-import secrets
+import shlex
 import signal
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Final, TextIO
 
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.credentials import resolve_runner_credentials
-from appliance.config.rfc3339 import format_utc
-from appliance.config.runner import load_runner_config
+from appliance.config.runner import RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
+from appliance.engine.pdeathsig import set_parent_death_signal
 from appliance.runner.logs import DecisionLog
 from appliance.runner.process import RunnerProcess, make_clock, read_commands
+from appliance.runner.quickstart_console import Console, LockedStream
+from appliance.runner.quickstart_files import RUNNER_FILE, Layout, QuickstartError, prepare
+from appliance.runner.worker_client import WorkerClient
 from appliance.store.errors import StoreError
 from appliance.store.runner_store import RunnerStore
 
 DEFAULT_DATA_DIR: Final = "appliance-quickstart"
 WORKER_READY_TIMEOUT_S: Final = 60.0
-ENV_NAMES: Final = {
-    "admission": "QUICKSTART_ADMISSION_TOKEN",
-    "cluster": "QUICKSTART_CLUSTER_TOKEN",
-    "worker": "QUICKSTART_WORKER_TOKEN",
-}
-DEMO_SCHEDULE: Final = {
-    "name": "hello",
-    "code": "console.log('hello from the appliance at ' + scheduled.due_time)",
-    "cron": "* * * * *",
-    "timezone": "UTC",
-    "policy": {
-        "missed": "Skip",
-        "overlap": "Skip",
-        "retry": {"max_retries": 0, "delay_seconds": 0},
-    },
-}
+WORKER_STOP_TIMEOUT_S: Final = 30.0
+WORKER_LOG_TAIL_LINES: Final = 15
+PREFIX: Final = "appliance quickstart"
 
 
-def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
+class _Stop:
+    """A stop request that may arrive before the voter exists (Ctrl-C during start-up)."""
+
+    def __init__(self) -> None:
+        self.requested = threading.Event()
+        self.process: RunnerProcess | None = None
+
+    def __call__(self, *_: object) -> None:
+        self.requested.set()
+        if self.process is not None:
+            self.process.stopping.set()
+
+
+def self_command() -> str:
+    """How to invoke this same program again from a shell (for the printed admin command)."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else ""
+    if argv0.endswith("__main__.py") or argv0 in ("", "-c", "-m"):
+        return f"{shlex.quote(sys.executable)} -m appliance"
+    if argv0.endswith(".pyz"):
+        return f"{shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(argv0))}"
+    return shlex.quote(os.path.abspath(argv0))
+
+
+def _tail(path: Path, lines: int) -> str:
     try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
-def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.chmod(path, 0o600)
+def _die_with_parent() -> None:
+    with contextlib.suppress(OSError):
+        set_parent_death_signal(signal.SIGTERM)
 
 
-def prepare(data_dir: Path) -> dict[str, str]:
-    """Create (first run) or reuse the configs and credentials; return the credential env."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    credentials_path = data_dir / "credentials.json"
-    if credentials_path.exists():
-        tokens = json.loads(credentials_path.read_text())
-    else:
-        tokens = {name: secrets.token_urlsafe(32) for name in ENV_NAMES.values()}
-        _write_private(credentials_path, json.dumps(tokens, indent=2) + "\n")
-    runner_path, worker_path = data_dir / "runner.json", data_dir / "worker.json"
-    if not runner_path.exists() or not worker_path.exists():
-        cluster_port, admission_port, worker_port = _free_ports(3)
-        expires = datetime.now(UTC).replace(microsecond=0) + timedelta(days=365)
-        runner = {
-            "node_id": "quickstart",
-            "advertise_addr": "127.0.0.1",
-            "cluster_port": cluster_port,
-            "peers": [],
-            "data_dir": str(data_dir / "runner"),
-            "admission_addr": f"127.0.0.1:{admission_port}",
-            "admission_bearer_env": ENV_NAMES["admission"],
-            "cluster_bearer_env": ENV_NAMES["cluster"],
-            "schedules": [DEMO_SCHEDULE],
-            "remote": {
-                "url": f"http://127.0.0.1:{worker_port}",
-                "bearer_env": ENV_NAMES["worker"],
-                "expires_at": format_utc(expires),
-                "session": "quickstart",
-                "timeout_seconds": 60,
-                "heap_mb": 64,
-                "namespace": "quickstart",
-                "worker_id": "worker-1",
-            },
-        }
-        worker = {
-            "namespace": "quickstart",
-            "worker_id": "worker-1",
-            "data_dir": str(data_dir / "worker"),
-            "bearer_env": ENV_NAMES["worker"],
-            "admission_bearer_env": ENV_NAMES["admission"],
-            "admission_urls": [f"http://127.0.0.1:{admission_port}"],
-            "listen_addr": f"127.0.0.1:{worker_port}",
-        }
-        runner_path.write_text(json.dumps(runner, indent=2) + "\n")
-        worker_path.write_text(json.dumps(worker, indent=2) + "\n")
-    return {str(k): str(v) for k, v in tokens.items()}
+class WorkerChild:
+    """The worker process: started with the credentials in its environment, stopped and reaped."""
 
+    def __init__(self, layout: Layout, log: TextIO) -> None:
+        self._log_path = layout.data_dir / "worker.log"
+        self._log = log
+        self._ready = threading.Event()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "worker", "--config", str(layout.worker_path)],
+            env={**os.environ, **layout.credentials},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            # Its own process group: Ctrl-C reaches only the quickstart, which stops the worker
+            # in order (after the voter has drained) instead of both racing to exit.
+            start_new_session=True,
+            # ...and if the quickstart dies without stopping it (SIGKILL), the kernel sends it
+            # SIGTERM, so no orphan keeps the sealed worker port. Only the main thread runs yet.
+            preexec_fn=_die_with_parent,
+        )
+        # Keep reading its stdout for its whole life: a full pipe would block the worker.
+        stream = self.proc.stdout
+        if stream is None:
+            raise QuickstartError("the worker's stdout is not a pipe")
+        threading.Thread(target=self._pump, args=(stream,), name="worker-out", daemon=True).start()
 
-class _Console:
-    """The decision log's stream: every line to ``runner.log``; outcomes also to the terminal."""
+    def _pump(self, stream: TextIO) -> None:
+        for line in stream:
+            if '"ready"' in line:
+                self._ready.set()
+            with contextlib.suppress(OSError, ValueError):
+                self._log.write(line)
+                self._log.flush()
+        self._ready.set()  # EOF: the worker exited; wait_ready() looks at poll()
 
-    def __init__(self, log_file: TextIO, out: TextIO) -> None:
-        self._file = log_file
-        self._out = out
-
-    def write(self, text: str) -> int:
-        self._file.write(text)
-        for line in text.splitlines():
-            self._show(line)
-        return len(text)
-
-    def flush(self) -> None:
-        self._file.flush()
-        self._out.flush()
-
-    def _show(self, line: str) -> None:
-        try:
-            event: dict[str, Any] = json.loads(line)
-        except ValueError:
-            return
-        kind = event.get("event")
-        if kind == "outcome":
-            reason = f" ({event['reason']})" if event.get("reason") else ""
-            self._out.write(
-                f"occurrence {event.get('occurrence')} attempt {event.get('attempt')}: "
-                f"{event.get('state')}{reason}\n"
+    def wait_ready(self, stop: threading.Event) -> None:
+        """Return once the worker is listening; ``QuickstartError`` if it exits or hangs."""
+        waited_s = 0.0
+        while not self._ready.wait(0.2):
+            waited_s += 0.2
+            if stop.is_set():
+                return
+            if waited_s >= WORKER_READY_TIMEOUT_S:
+                raise QuickstartError(f"the worker was not ready within {WORKER_READY_TIMEOUT_S}s")
+        if self.proc.poll() is not None:
+            self._log.flush()
+            raise QuickstartError(
+                f"the worker exited with {self.proc.returncode} during start-up; the end of "
+                f"{self._log_path}:\n{_tail(self._log_path, WORKER_LOG_TAIL_LINES)}"
             )
-        elif kind == "claim":
-            self._out.write(f"occurrence {event.get('occurrence')} dispatched\n")
-        elif kind in ("fatal", "ownership_acquired"):
-            self._out.write(f"{kind}: {json.dumps(event)}\n")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: the worker cancels and reaps its engine children
+        try:
+            return self.proc.wait(WORKER_STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(WORKER_STOP_TIMEOUT_S)
 
 
-def _start_worker(data_dir: Path, env: dict[str, str], log: TextIO) -> subprocess.Popen[str]:
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "appliance", "worker", "--config", str(data_dir / "worker.json")],
-        env={**os.environ, **env},
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    ready: list[str] = []
-    reader = threading.Thread(
-        target=lambda: ready.append(worker.stdout.readline() if worker.stdout else ""),
-        daemon=True,
-    )
-    reader.start()
-    reader.join(WORKER_READY_TIMEOUT_S)
-    if not ready or '"ready"' not in ready[0]:
-        worker.kill()
-        worker.wait(10)
-        raise RuntimeError(f"the worker did not start; see {data_dir / 'worker.log'}")
-    return worker
+def banner(
+    layout: Layout, cfg: RunnerConfig, worker_pid: int, resumed: bool, time_scale: float | None
+) -> str:
+    credentials = layout.credentials_path
+    env = layout.operator_env
+    read_token = f"sed -n 's/^export {env}=//p' {shlex.quote(str(credentials))}"
+    store = "resumed the store" if resumed else "created a new store"
+    lines = [
+        f"{PREFIX}: data in {layout.data_dir} ({store})",
+        *(f"  note: {note}" for note in layout.notes),
+        *([f"  time scale:  {time_scale}x (testing only)"] if time_scale is not None else []),
+        f"  voter:       raft {cfg.own_addr} (single voter), admission {cfg.admission_addr}",
+        f"  management:  {layout.management_addr} (loopback only; operator and recovery bearer)",
+        f"  worker:      {cfg.remote.url.url} (pid {worker_pid})",
+        f"  credentials: {credentials} (mode 0600; never printed)",
+        f"  logs:        {layout.data_dir / 'runner.log'}, {layout.data_dir / 'worker.log'}",
+        "  demo schedule 'hello': every minute (* * * * * UTC), JavaScript that logs a line",
+        "  status from another shell:",
+        f'    export {env}="$({read_token})"',
+        f"    {self_command()} admin status --addr {layout.management_addr}",
+        '  type {"action":"list"} here for the state; Ctrl-C stops both',
+    ]
+    return "\n".join(lines)
 
 
 def run_quickstart(
@@ -186,66 +187,82 @@ def run_quickstart(
     *,
     time_scale: float | None = None,
     environ: Mapping[str, str] | None = None,
+    stderr: TextIO | None = None,
 ) -> int:
+    err = stderr or sys.stderr
+
+    def fail(message: str, code: int) -> int:
+        print(f"{PREFIX}: {message}", file=err, flush=True)
+        return code
+
     try:
         clock = make_clock(time_scale, os.environ if environ is None else environ)
-    except ValueError as err:
-        print(f"appliance quickstart: {err}", file=sys.stderr)
-        return 2
+    except ValueError as exc:
+        return fail(str(exc), 2)
     data_dir = Path(data_dir_text or DEFAULT_DATA_DIR).resolve()
-    env = prepare(data_dir)
     try:
-        cfg = load_runner_config(data_dir / "runner.json")
-        credentials = resolve_runner_credentials(cfg, env)
+        layout = prepare(data_dir, datetime.now(UTC))
+        cfg = load_runner_config(layout.runner_path)
+        credentials = resolve_runner_credentials(cfg, layout.credentials)
+    except QuickstartError as exc:
+        return fail(str(exc), 1)
     except InvalidConfig as exc:
         for path, message in exc.problems:
-            print(f"appliance quickstart: config: {path}: {message}", file=sys.stderr)
-        return 2
-    worker_log = open(data_dir / "worker.log", "a")  # noqa: SIM115 - closed at the end
-    runner_log = open(data_dir / "runner.log", "a")  # noqa: SIM115
+            print(f"{PREFIX}: {data_dir / RUNNER_FILE}: {path}: {message}", file=err)
+        return fail(f"fix or remove {data_dir} and run again", 2)
+    resumed = Path(cfg.data_dir).exists()
+    stop = _Stop()
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        try:
-            worker = _start_worker(data_dir, env, worker_log)
-        except RuntimeError as exc:
-            print(f"appliance quickstart: {exc}", file=sys.stderr)
-            return 1
-        try:
-            store = RunnerStore.create_or_open(
-                cfg.data_dir, contract=sealed_contract(cfg), contract_digest=contract_digest(cfg)
+        with contextlib.ExitStack() as stack:
+            worker_log = stack.enter_context(open(data_dir / "worker.log", "a", encoding="utf-8"))
+            runner_log = stack.enter_context(open(data_dir / "runner.log", "a", encoding="utf-8"))
+            worker = WorkerChild(layout, worker_log)
+            stack.callback(worker.stop)  # runs after the voter has stopped (LIFO)
+            try:
+                worker.wait_ready(stop.requested)
+            except QuickstartError as exc:
+                return fail(str(exc), 1)
+            if stop.requested.is_set():
+                return fail("stopped during start-up", 0)
+            try:
+                store = RunnerStore.create_or_open(
+                    cfg.data_dir,
+                    contract=sealed_contract(cfg),
+                    contract_digest=contract_digest(cfg),
+                )
+            except StoreError as exc:
+                return fail(f"cannot open the store in {cfg.data_dir}: {exc}", 1)
+            observer = WorkerClient(cfg.remote.url.url, credentials.worker)
+            stack.callback(observer.close)
+            terminal = LockedStream(stdout)
+            console = Console(runner_log, terminal, observer.observe)  # type: ignore[arg-type]
+            stack.callback(console.close)  # after the voter: its last outcomes are printed
+            log = DecisionLog(cfg.node_id, console)  # type: ignore[arg-type]
+            process: RunnerProcess | None = None
+            try:
+                process = RunnerProcess(cfg, credentials, store, clock, log)
+                process.start()
+            except Exception as exc:
+                if process is not None:  # undo what did start; parts that did not may complain
+                    with contextlib.suppress(Exception):
+                        process.stop(drain_s=0.0)
+                store.close()
+                return fail(f"cannot start the voter: {exc}", 1)
+            stop.process = process
+            if stop.requested.is_set():
+                process.stopping.set()
+            print(
+                banner(layout, cfg, worker.proc.pid, resumed, time_scale), file=stdout, flush=True
             )
-        except StoreError as exc:
-            worker.terminate()
-            worker.wait(20)
-            print(f"appliance quickstart: cannot open the store: {exc}", file=sys.stderr)
-            return 1
-        log = DecisionLog(cfg.node_id, _Console(runner_log, stdout))  # type: ignore[arg-type]
-        process = RunnerProcess(cfg, credentials, store, clock, log)
-        process.start()
-        print(
-            f"appliance quickstart: data in {data_dir} (credentials.json is private, 0600)\n"
-            f"  voter: raft on {cfg.own_addr}, admission on {cfg.admission_addr}\n"
-            f"  worker: {cfg.remote.url.url}\n"
-            f"  logs: {data_dir / 'runner.log'}, {data_dir / 'worker.log'}\n"
-            "  demo schedule: * * * * * (a line of JavaScript every minute)\n"
-            '  type {"action":"list"} for the state; Ctrl-C stops both',
-            file=stdout,
-            flush=True,
-        )
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: process.stopping.set())
-        threading.Thread(
-            target=read_commands, args=(process, stdin, stdout), name="stdin", daemon=True
-        ).start()
-        process.stopping.wait()
-        process.stop()
-        worker.terminate()
-        try:
-            worker.wait(20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(5)
-        print("appliance quickstart: stopped", file=stdout, flush=True)
+            console.release()
+            threading.Thread(
+                target=read_commands, args=(process, stdin, terminal), name="stdin", daemon=True
+            ).start()
+            process.stopping.wait()
+            process.stop()
+        print(f"{PREFIX}: stopped", file=stdout, flush=True)
         return 1 if process.fatal is not None else 0
     finally:
-        worker_log.close()
-        runner_log.close()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

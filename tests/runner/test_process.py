@@ -1,15 +1,10 @@
 """The voter process's lifecycle: EOF on stdin leaves scheduling running; SIGTERM drains within a
-bound while admission stays available, then exits 0; quickstart runs a demo occurrence end to end.
+bound while admission stays available, then exits 0. (The quickstart's tests: tests/quickstart.)
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import stat
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -60,53 +55,6 @@ def test_draining_keeps_admission_available_and_is_bounded() -> None:
         drain.join(10)
         assert not drain.is_alive()
         assert 1.4 <= time.monotonic() - started <= 6.0
-
-
-def test_quickstart_runs_the_demo_schedule_and_stops_on_ctrl_c(tmp_path: Path) -> None:
-    data = tmp_path / "qs"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "appliance",
-            "quickstart",
-            "--data-dir",
-            str(data),
-            "--time-scale",
-            "60",
-        ],
-        env={**os.environ, "APPLIANCE_TESTING": ENV["APPLIANCE_TESTING"]},
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lines: list[str] = []
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        wait_for(
-            lambda: any(line == "occurrence 1 attempt 1: Succeeded" for line in lines),
-            "the demo occurrence to succeed",
-            timeout_s=60,
-        )
-        assert any("admission on 127.0.0.1:" in line for line in lines)
-        mode = stat.S_IMODE((data / "credentials.json").stat().st_mode)
-        assert mode == 0o600
-        tokens = json.loads((data / "credentials.json").read_text())
-        assert len(set(tokens.values())) == 3
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0
-        assert lines[-1] == "appliance quickstart: stopped"
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
 
 
 def test_management_commands_enter_the_same_runner_loop(tmp_path: Path) -> None:
