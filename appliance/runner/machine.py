@@ -68,6 +68,10 @@ class Machine:
         applied, parts = store.load_checkpoint() if store is not None else (0, {})
         self.applied_index = applied
         self.state = state_from_parts(limits, parts)
+        # A fresh store holds no parts yet; the first transition writes every part of the initial
+        # state (not only those the command touched), so the checkpoint is complete from then on
+        # and a restart after any transition can decode it.
+        self._checkpoint_complete = bool(parts)
         self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
 
     def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
@@ -86,12 +90,14 @@ class Machine:
                 deletes: frozenset[str] = frozenset()
             else:
                 result = Accepted(applied.value)
-                upserts = {name: self.state.part_bytes(name) for name in applied.touched}
+                names = applied.touched if self._checkpoint_complete else self.state.part_names()
+                upserts = {name: self.state.part_bytes(name) for name in names}
                 deletes = applied.deleted
             if self._store is not None:
                 self._store.save_transition(
                     index, upserts, deletes, min_reader_version=self._reader_version()
                 )
+            self._checkpoint_complete = self._checkpoint_complete or bool(upserts)
             self.applied_index = index
         for listener in self._listeners:
             listener(index, command, result)
