@@ -1,10 +1,17 @@
-"""``appliance admin store``: offline, read-only tools for runner and worker stores.
+"""``appliance admin store``: offline tools for runner and worker stores.
 
 ``check DATA_DIR`` verifies every checksum, the schema and reader versions and the sealed
 contract (exit 0 healthy, 1 with a report otherwise). ``inspect DATA_DIR [--json]`` shows schema,
 versions, contract digest and a summary (runner: term, vote, log range, applied index, checkpoint
 parts and bytes; worker: incarnations, invocations, executions). Both take ``data_dir/LOCK`` for
 the duration, so they refuse a store that a live process holds, and neither changes a byte.
+
+``recover --config CONFIG.json [--data-dir DIR]`` is the one tool that writes: for a voter whose
+store was lost, it creates a fresh runner store sealed with the cluster's contract and marked
+*recovering*; the voter, once started, neither votes nor campaigns until it has caught up from a
+leader (docs/voter-recovery.md). It refuses a data_dir that still holds a store (move the damaged
+one aside first), a single-voter config (there is no one to recover from) and an etcd-replicated
+one (etcd recovers its own members).
 """
 
 from __future__ import annotations
@@ -12,11 +19,20 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-from appliance.store.errors import StoreRefused
+from appliance.config.contract import contract_digest, sealed_contract
+from appliance.config.replication import EtcdBackend
+from appliance.config.rfc3339 import format_utc
+from appliance.config.runner import load_runner_config
+from appliance.core.errors import InvalidConfig
+from appliance.store import schema
+from appliance.store.errors import StoreError, StoreRefused
+from appliance.store.readonly import open_readonly
+from appliance.store.runner_store import META_RECOVERING_SINCE, RunnerStore
 from appliance.store.sqlite import DataDirLock
-from appliance.store.versions import BINARY_READER_VERSION
+from appliance.store.versions import BINARY_READER_VERSION, KIND_RUNNER
 from migrations_guard import StoreFacts, decide, inspect_store, locate_store
 
 EXIT_OK = 0
@@ -34,10 +50,24 @@ def register(groups: argparse._SubParsersAction) -> None:
     inspect.add_argument("data_dir", metavar="DATA_DIR", type=Path)
     inspect.add_argument("--json", action="store_true", help="one JSON object on stdout")
     inspect.set_defaults(func=run_inspect)
+    recover = tools.add_parser(
+        "recover",
+        help="create a fresh store, marked recovering, for a voter whose store was lost",
+    )
+    recover.add_argument("--config", required=True, type=Path, help="the voter's runner config")
+    recover.add_argument(
+        "--data-dir",
+        type=Path,
+        help="must be the config's data_dir (default); given, it guards against a wrong config",
+    )
+    recover.set_defaults(func=run_recover)
 
 
 def _facts(data_dir: Path) -> StoreFacts | None:
-    """Facts under the data_dir lock; prints why and returns ``None`` when it cannot look."""
+    """Facts under the data_dir lock; prints why and returns ``None`` when it cannot look.
+
+    For a healthy runner store the summary also says whether it is still recovering a lost
+    store (``recovering_since``: the time ``recover`` made it, or ``null``)."""
     if not data_dir.is_dir():
         print(f"appliance: {data_dir} is not a directory", file=sys.stderr)
         return None
@@ -55,10 +85,22 @@ def _facts(data_dir: Path) -> StoreFacts | None:
         print(f"appliance: {exc.message}", file=sys.stderr)
         return None
     try:
-        return inspect_store(path)
+        facts = inspect_store(path)
+        if facts.kind == KIND_RUNNER and not facts.problems:
+            facts.summary[META_RECOVERING_SINCE] = _recovering_since(path)
+        return facts
     finally:
         if lock is not None:
             lock.release()
+
+
+def _recovering_since(path: Path) -> str | None:
+    conn = open_readonly(path)
+    try:
+        meta, _problems = schema.read_meta(conn)  # already verified by inspect_store
+    finally:
+        conn.close()
+    return meta.get(META_RECOVERING_SINCE)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -93,4 +135,57 @@ def run_inspect(args: argparse.Namespace) -> int:
     print(f"problems: {len(facts.problems)}")
     for problem in facts.problems:
         print(f"- {problem}")
+    return EXIT_OK
+
+
+def run_recover(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_runner_config(args.config)
+    except InvalidConfig as exc:
+        for path, message in exc.problems:
+            print(f"appliance: config: {path}: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+    data_dir = Path(cfg.data_dir)
+    if args.data_dir is not None and args.data_dir.resolve() != data_dir.resolve():
+        print(
+            f"appliance: --data-dir {args.data_dir} is not the config's data_dir {data_dir}; "
+            "recover the store this voter will open",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    if isinstance(cfg.replication, EtcdBackend):
+        print(
+            "appliance: this voter replicates through etcd, which recovers its own members; "
+            "start the runner on an empty data_dir instead",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    if len(cfg.voters) < 3:
+        print(
+            f"appliance: {cfg.node_id} has {len(cfg.voters)} voter(s): a lost store can only be "
+            "recovered from a majority of other voters that still hold the log (3 or more "
+            "voters); restore a backup instead",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    created_at = format_utc(datetime.now(UTC))
+    try:
+        store = RunnerStore.create_recovering(
+            data_dir,
+            contract=sealed_contract(cfg),
+            contract_digest=contract_digest(cfg),
+            created_at=created_at,
+        )
+    except StoreError as exc:
+        print(f"appliance: cannot recover: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    with store:
+        digest = contract_digest(cfg)
+    print(
+        f"created {store.path}: an empty runner store for voter {cfg.node_id}, sealed with "
+        f"contract {digest}, RECOVERING since {created_at}.\n"
+        "Start the voter now; it neither votes nor campaigns until it has caught up from the "
+        "leader. Watch `appliance admin status` (or the cluster status route) until its "
+        '"recovering" is false.'
+    )
     return EXIT_OK

@@ -5,8 +5,10 @@ tick of the monotonic clock — enters one bounded inbox and is consumed by one 
 one that touches the node. After draining whatever is queued (up to ``drain_max`` inputs) it
 runs the Ready cycle: persist everything in the Ready with ONE ``storage.persist`` call (group
 commit: all proposals and acknowledgements gathered since the last cycle share one fsync), then
-hand messages to the transport, then apply committed entries in index order through the apply
-hook, then ``advance``. Callers on other threads get ``concurrent.futures.Future`` objects.
+(when the Ready says the node finished recovering a lost store) clear the storage's recovering
+flag in one more durable step, then hand messages to the transport, then apply committed
+entries in index order through the apply hook, then ``advance``. Callers on other threads get
+``concurrent.futures.Future`` objects.
 
 A proposal's future resolves with the apply hook's result when an entry with the proposal's
 ``(term, index)`` is applied, or fails with ``ProposalLost`` when that index is applied with
@@ -65,6 +67,7 @@ class NodeStatus:
     commit_index: int
     applied_index: int
     last_log_index: int
+    recovering: bool = False  # a recovered store still catching up: no votes, no campaigns
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +78,7 @@ class NodeStatus:
             "commit_index": self.commit_index,
             "applied_index": self.applied_index,
             "last_log_index": self.last_log_index,
+            "recovering": self.recovering,
         }
 
 
@@ -251,6 +255,16 @@ class RaftDriver:
                     truncate_from=ready.truncate_from,
                     entries=ready.stored_entries(),
                 )
+            if ready.recovered:
+                # Durable before any message of this Ready (a vote among them) leaves.
+                self._storage.clear_recovering()
+                log.warning(
+                    "raft %s caught up after recovering a lost store: a full voter again "
+                    "(term %d, commit %d)",
+                    node.id,
+                    node.term,
+                    node.commit_index,
+                )
             for message in ready.messages:
                 self._transport.send(message)
             self._apply_committed(ready)
@@ -309,6 +323,7 @@ class RaftDriver:
             commit_index=node.commit_index,
             applied_index=node.applied_index,
             last_log_index=node.last_index,
+            recovering=node.recovering,
         )
 
     def _die(self, exc: BaseException) -> None:

@@ -28,6 +28,29 @@ Roles swap the step and tick functions (``_become_*``), so each role's rules rea
   applied >= that index. Reads wait for the barrier of the current term first.
 
 Batches are capped at ``batch_entries_max`` entries and ``batch_bytes_max`` payload bytes.
+
+A RECOVERING node (its storage says ``recovering()``: the voter lost its durable state and its
+store was rebuilt empty by ``admin store recover``) is a voter in name only. A server that lost
+its persistent state cannot safely rejoin with its old identity (thesis §3.8): it forgot its log,
+so its vote could elect a leader missing committed entries, and it forgot its term and vote, so
+it could vote twice in one term. The thesis re-adds such a server through a membership change
+(chapter 4), first as a non-voting member that catches up (§4.2.1). Our voters are fixed, so the
+node plays that non-voting member itself: it replicates and acknowledges like any follower, but
+grants no vote or pre-vote and never campaigns, until an append from the leader of its current
+term leaves its log matching the leader's up to the commit index that append carries, and the
+entry at that index belongs to the leader's term (so the leader's commit covers its own term's
+barrier, hence every entry committed in earlier terms). It then records the leader as its vote
+for that term (it must not vote for anyone else in a term whose earlier vote it forgot), and
+the Ready carries ``recovered``: the driver clears the durable flag before sending. Before all
+that, a recovering node stays QUIET for ``2 * election_ticks_max`` ticks after it starts: it
+drops every message, so messages of its lost incarnation have drained and any leader cut off
+from a majority has stepped down (check-quorum) before it answers anyone. The full safety
+argument, and the assumptions it rests on, are in docs/voter-recovery.md.
+
+A leader whose probe is answered with a rejection below the point that follower had
+acknowledged (``hint_index < match``: only a lost store forgets acknowledged entries, or the
+answer is a stale duplicate) forgets that match and probes from the hint, so a recovered
+follower catches up instead of being probed at its old match forever.
 """
 
 from __future__ import annotations
@@ -153,6 +176,9 @@ class Ready:
     reads: tuple[ReadState, ...]
     reads_failed: tuple[int, ...]  # request ids whose barrier can no longer succeed
     soft_state: SoftState
+    # The node finished recovering (see module docstring): the driver clears the storage's
+    # recovering flag durably, after persisting the above and before sending the messages.
+    recovered: bool = False
 
     @property
     def must_persist(self) -> bool:
@@ -182,6 +208,9 @@ class RaftNode:
         self.term = term
         self.voted_for = voted_for
         self._persisted = HardState(term, voted_for)
+        self.recovering = storage.recovering()
+        self._recovery_done = False  # reported by the next ready(), then cleared
+        self._quiet_ticks_left = 2 * config.election_ticks_max if self.recovering else 0
         self.leader_id: str | None = None
         self.role = Role.FOLLOWER
         self._messages: list[Message] = []
@@ -207,6 +236,8 @@ class RaftNode:
 
     def tick(self) -> None:
         self._check_no_outstanding_ready()
+        if self._quiet_ticks_left > 0:
+            self._quiet_ticks_left -= 1
         self._tick()
 
     def step(self, message: Message) -> None:
@@ -215,6 +246,8 @@ class RaftNode:
             raise RaftUsageError(f"message for {message.to!r} stepped into {self.id!r}")
         if message.sender not in self.peers:
             return  # not a voter of this cluster: the transport should have refused it
+        if self._quiet_ticks_left > 0:
+            return  # a recovering node's quiet start (module docstring)
         if message.term > self.term:
             if not self._accept_higher_term(message):
                 return
@@ -229,8 +262,14 @@ class RaftNode:
     def campaign(self) -> None:
         """Start an election now (a pre-vote round first) instead of waiting for the timeout.
 
-        Used by the single-voter driver at start-up, and by tests; a leader ignores it."""
+        Used by the single-voter driver at start-up, and by tests; a leader ignores it. A
+        recovering node refuses (it must catch up from a leader first)."""
         self._check_no_outstanding_ready()
+        if self.recovering:
+            raise RaftUsageError(
+                f"{self.id} is recovering a lost store: it cannot campaign before it caught up "
+                "from a leader (a single voter has no one to recover from)"
+            )
         if self.role is not Role.LEADER:
             self._campaign()
 
@@ -274,6 +313,7 @@ class RaftNode:
         self._flush_appends()
         return bool(
             self._messages
+            or self._recovery_done
             or self._reads_ready
             or self._reads_failed
             or HardState(self.term, self.voted_for) != self._persisted
@@ -300,7 +340,9 @@ class RaftNode:
             reads=tuple(self._reads_ready),
             reads_failed=tuple(self._reads_failed),
             soft_state=self._soft_state(),
+            recovered=self._recovery_done,
         )
+        self._recovery_done = False
         self._messages = []
         self._reads_ready = []
         self._reads_failed = []
@@ -441,6 +483,10 @@ class RaftNode:
             self._send(VoteResponse(self.id, m.sender, self.term, False, True))
 
     def _handle_vote_request(self, m: VoteRequest) -> None:
+        if self.recovering:
+            # A lost store forgot the log and the votes: no (pre-)vote until caught up.
+            self._send(VoteResponse(self.id, m.sender, self.term, False, m.pre_vote))
+            return
         can_vote = (
             self.voted_for == m.sender
             or (self.voted_for is None and self.leader_id is None)
@@ -458,7 +504,7 @@ class RaftNode:
 
     def _tick_election(self) -> None:
         self._election_elapsed += 1
-        if self._election_elapsed >= self._randomized_timeout:
+        if self._election_elapsed >= self._randomized_timeout and not self.recovering:
             self._campaign()
 
     def _step_follower(self, m: Message) -> None:
@@ -479,6 +525,8 @@ class RaftNode:
             return
         last_new = self.log.maybe_append(m.prev_index, m.prev_term, m.entries, m.commit)
         if last_new is not None:
+            if self.recovering:
+                self._maybe_finish_recovery(m, last_new)
             self._send(AppendResponse(self.id, m.sender, self.term, True, last_new))
             return
         hint_index = self.log.find_conflict_by_term(m.prev_index, m.prev_term)
@@ -486,6 +534,21 @@ class RaftNode:
         self._send(
             AppendResponse(self.id, m.sender, self.term, False, m.prev_index, hint_index, hint_term)
         )
+
+    def _maybe_finish_recovery(self, m: AppendRequest, last_new: int) -> None:
+        """Become a full voter once this append proves we hold the leader's log up to its
+        commit index, and that index is of the leader's own term (module docstring).
+
+        A heartbeat never counts: its commit is bounded by the match the leader remembers,
+        which may be the match of the incarnation that lost its store."""
+        if m.commit < 1 or last_new < m.commit or self.log.term_at(m.commit) != m.term:
+            return
+        self.recovering = False
+        self._recovery_done = True
+        if self.voted_for is None:
+            # Whatever this node voted in this term before it lost its store, the leader won
+            # the term: recording it as our vote keeps us from electing a second leader in it.
+            self.voted_for = m.sender
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         self.log.commit_to(min(m.commit, self.log.last_index()))
@@ -553,7 +616,17 @@ class RaftNode:
             probe_at = m.hint_index
             if m.hint_term > 0:
                 probe_at = self.log.find_conflict_by_term(m.hint_index, m.hint_term)
-            if pr.maybe_decrease(m.index, probe_at):
+            if (
+                pr.state is ProgressState.PROBE
+                and m.index == pr.next - 1
+                and m.hint_index < pr.match
+            ):
+                # The answer to the current probe says the follower no longer holds entries it
+                # acknowledged: its store was lost and recovered (or the answer is a stale
+                # duplicate, and re-probing from the hint costs a few round trips, no safety).
+                pr.forget_match(min(m.index, probe_at + 1))
+                self._send_append(peer)
+            elif pr.maybe_decrease(m.index, probe_at):
                 self._send_append(peer)
             return
         if pr.maybe_update(m.index):
@@ -569,6 +642,10 @@ class RaftNode:
             pr.read_seq_acked = m.read_seq
             self._release_reads()
         if pr.match >= self.log.last_index():
+            if pr.commit_sent < self.log.commit:
+                # Caught up, but no append told it the current commit index: a heartbeat's
+                # commit proves nothing to a follower recovering a lost store, an append does.
+                self._send_empty_append(peer, pr)
             return
         if pr.state is ProgressState.PROBE:
             pr.probe_sent = False
@@ -590,6 +667,7 @@ class RaftNode:
         self._send(
             AppendRequest(self.id, peer, self.term, prev_index, prev_term, (), self.log.commit)
         )
+        pr.commit_sent = max(pr.commit_sent, self.log.commit)
 
     def _flush_appends(self) -> None:
         if self._append_pending and self.role is Role.LEADER:
@@ -632,6 +710,7 @@ class RaftNode:
             )
         )
         pr.on_sent(entries[-1].index if entries else prev_index)
+        pr.commit_sent = max(pr.commit_sent, self.log.commit)
         return pr.state is ProgressState.REPLICATE
 
     def _broadcast_heartbeat(self) -> None:

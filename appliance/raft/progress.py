@@ -33,6 +33,7 @@ class Progress:
         self.recent_active = False  # heard from in the current check-quorum window
         self.read_seq_acked = 0
         self.match_at_last_heartbeat = -1
+        self.commit_sent = 0  # highest commit index an append to this follower carried
 
     def become_probe(self) -> None:
         self.state = ProgressState.PROBE
@@ -76,6 +77,15 @@ class Progress:
         self.probe_sent = False
         self._check()
         return True
+
+    def forget_match(self, next_index: int) -> None:
+        """The follower lost entries it had acknowledged (a recovered store): match back to 0
+        and PROBE at ``next_index``. Lowering match only delays commits, never hastens one."""
+        self.match = 0
+        self.match_at_last_heartbeat = -1
+        self.become_probe()
+        self.next = max(1, next_index)
+        self._check()
 
     def _check(self) -> None:
         if not 0 <= self.match < self.next:

@@ -9,6 +9,10 @@ import the Raft package; the SQLite ``RunnerStore`` satisfies the same Protocol.
   ``max_bytes`` of payload would be exceeded, but always at least one entry when any exists.
 - ``term_at(i)`` is ``None`` outside ``[first_index, last_index]``; both indexes are 0 when empty.
   The log is never compacted, so ``first_index`` is 1 once anything was stored.
+- ``recovering()`` is True for a store rebuilt after its voter lost its durable state (``admin
+  store recover``): the node neither votes nor campaigns until it has caught up (node.py,
+  docs/voter-recovery.md). ``clear_recovering`` clears that flag in one durable step; the driver
+  calls it, after persisting the Ready that finished the catch-up and before sending its messages.
 
 ``MemoryLogStorage`` is what the simulator's fake disk is built on: it holds exactly what was
 persisted, so a simulated crash keeps it and loses whatever the node had not yet handed over.
@@ -44,15 +48,29 @@ class LogStorage(Protocol):
         entries: Sequence[StoredEntry] = (),
     ) -> None: ...
 
+    def recovering(self) -> bool: ...
+
+    def clear_recovering(self) -> None: ...
+
 
 class MemoryLogStorage:
-    """An in-memory ``LogStorage``: durable for as long as the object lives."""
+    """An in-memory ``LogStorage``: durable for as long as the object lives.
 
-    def __init__(self) -> None:
+    ``recovering=True`` stands for a store made by ``admin store recover`` (a lost disk)."""
+
+    def __init__(self, *, recovering: bool = False) -> None:
         self._term = 0
         self._voted_for: str | None = None
         self._log: list[StoredEntry] = []
+        self._recovering = recovering
         self.persist_calls = 0
+
+    def recovering(self) -> bool:
+        return self._recovering
+
+    def clear_recovering(self) -> None:
+        self._recovering = False
+        self.persist_calls += 1
 
     def hard_state(self) -> tuple[int, str | None]:
         return self._term, self._voted_for

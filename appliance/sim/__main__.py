@@ -32,7 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         liveness_ms_max=args.liveness_ms,
     )
     failures = 0
-    totals = {"events": 0, "elections": 0, "applied": 0, "crashes": 0, "reads": 0}
+    totals = {
+        "events": 0,
+        "elections": 0,
+        "applied": 0,
+        "crashes": 0,
+        "reads": 0,
+        "disk_losses": 0,
+        "recoveries": 0,
+    }
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed, options)
         totals["events"] += result.events
@@ -40,11 +48,14 @@ def main(argv: list[str] | None = None) -> int:
         totals["applied"] += result.applied_entries
         totals["crashes"] += result.crashes
         totals["reads"] += result.reads_released
+        totals["disk_losses"] += result.disk_losses
+        totals["recoveries"] += result.recoveries_completed
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
                 f"elections={result.elections} applied={result.applied_entries} "
-                f"crashes={result.crashes} faults={result.faults}"
+                f"crashes={result.crashes} disk_losses={result.disk_losses} "
+                f"recoveries={result.recoveries_completed} faults={result.faults}"
             )
         if not result.ok:
             failures += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-FAULT_CLASSES = ("loss", "dup", "reorder", "partition", "crash", "clock")
+FAULT_CLASSES = ("loss", "dup", "reorder", "partition", "crash", "clock", "disk")
 
 
 class RandomSource(Protocol):
@@ -27,6 +27,9 @@ class FaultSettings:
     crash_rate: float = 0.0  # per fault event: probability of crashing a running node
     crash_in_ready_rate: float = 0.0  # per ready(): crash before persisting (the batch is lost)
     clock_faults: bool = False  # tick jitter, clock jumps forward, stalls
+    # per fault event: probability that one voter loses its whole durable state while another
+    # voter is down; it restarts later from a recovering store (docs/voter-recovery.md)
+    disk_loss_rate: float = 0.0
 
     @classmethod
     def draw(cls, enabled: frozenset[str], rng: RandomSource) -> FaultSettings:
@@ -41,6 +44,7 @@ class FaultSettings:
             crash_rate=rng.choice((0.1, 0.3, 0.6)) if "crash" in enabled else 0.0,
             crash_in_ready_rate=rng.choice((0.0, 0.002, 0.02)) if "crash" in enabled else 0.0,
             clock_faults="clock" in enabled,
+            disk_loss_rate=rng.choice((0.05, 0.15, 0.3)) if "disk" in enabled else 0.0,
         )
 
 

@@ -14,8 +14,15 @@ through sending the batch's messages.
 
 A run has two phases. SAFETY: every enabled fault, while the checkers (``checkers.py``) watch
 election safety, log matching, leader completeness, state-machine safety and read
-linearizability. LIVENESS: loss and duplication stop, clocks behave, and either everything heals
-or only a random majority core does (the rest stay down or cut off); crashed core nodes restart.
+linearizability. The ``disk`` fault takes one voter down and, a little later, wipes another
+voter's whole durable state (and, half the time, crashes the leader too); the wiped voter
+restarts 50 ms to 6 s later from a RECOVERING store — what ``appliance admin store recover``
+makes — and the core's own quiet start, not a slow operator, keeps its lost incarnation's
+messages and cut-off leaders away (docs/voter-recovery.md).
+
+LIVENESS: loss and duplication stop, clocks behave, and either everything heals or only a
+random majority core does (the rest stay down or cut off; never while a wiped voter is still
+recovering); crashed core nodes restart.
 Within ``liveness_ms_max`` a leader must commit a marker proposal and every core node must apply
 it.
 """
@@ -55,6 +62,8 @@ class SimOptions:
     election_ticks_min: int = 5
     election_ticks_max: int = 10
     batch_entries_max: int = 32
+    # A wiped voter stays down this long at least (plus up to 6 s more).
+    disk_recovery_ms_min: int = 50
 
 
 @dataclass
@@ -66,6 +75,8 @@ class SimResult:
     elections: int = 0
     applied_entries: int = 0
     crashes: int = 0
+    disk_losses: int = 0
+    recoveries_completed: int = 0  # wiped voters that caught up and became full voters again
     messages_sent: int = 0
     messages_dropped: int = 0
     reads_released: int = 0
@@ -79,6 +90,7 @@ class _Replica:
         self.storage = MemoryLogStorage()
         self.node: RaftNode | None = None
         self.incarnation = 0
+        self.down_until_ms = 0  # a wiped voter does not restart before this
 
 
 class Simulation:
@@ -125,7 +137,10 @@ class Simulation:
             self._run_until(self.options.safety_ms)
             self._check_log_matching()
             self._heal()
-            deadline_ms = self.now_ms + self.options.liveness_ms_max
+            # The bound runs from the moment the last healed voter is back: a wiped voter may
+            # still be in its (operator's) recovery time.
+            back_ms = max([self.now_ms] + [self.replicas[i].down_until_ms for i in self._core])
+            deadline_ms = back_ms + self.options.liveness_ms_max
             self._run_until(deadline_ms, stop_when_converged=True)
             self._check_log_matching()
             if not self._converged():
@@ -180,7 +195,8 @@ class Simulation:
         replica.node = None
         replica.incarnation += 1
         self.result.crashes += 1
-        self._at(self.rng.randint(50, 3 * FAULT_EVERY_MS_MAX), "restart", replica.id)
+        delay_ms = self.rng.randint(50, 3 * FAULT_EVERY_MS_MAX)
+        self._at(max(delay_ms, replica.down_until_ms - self.now_ms), "restart", replica.id)
         self._reads = {rid: r for rid, r in self._reads.items() if r[0] != replica.id}
 
     def _process(self, replica: _Replica) -> None:
@@ -218,6 +234,9 @@ class Simulation:
                     self.checkers.on_read_released(replica.id, read.index, owner[1])
             for request_id in ready.reads_failed:
                 self._reads.pop(request_id, None)
+            if ready.recovered:
+                replica.storage.clear_recovering()
+                self.result.recoveries_completed += 1
             node.advance(ready)
             self.checkers.observe(node)
 
@@ -255,7 +274,8 @@ class Simulation:
         self._process(replica)
 
     def _on_restart(self, node_id: object) -> None:
-        if self.replicas[node_id].node is None:  # type: ignore[index]
+        replica = self.replicas[node_id]  # type: ignore[index]
+        if replica.node is None and self.now_ms >= replica.down_until_ms:
             self._start(node_id)  # type: ignore[arg-type]
 
     def _on_log_matching(self, _: object) -> None:
@@ -276,6 +296,48 @@ class Simulation:
                 self._crash(self.rng.choice(leaders))  # leaders' crashes make the hard cases
             elif running:
                 self._crash(self.rng.choice(running))
+        elif self.faults.disk_loss_rate and self.rng.random() < self.faults.disk_loss_rate:
+            self._begin_disk_loss()
+
+    def _begin_disk_loss(self) -> None:
+        """Take one voter down now; wipe another one's store a little later, so the entries
+        committed in between live on the leader and the wiped voter only."""
+        if len(self.ids) < 3 or any(self._wiping(r) for r in self.replicas.values()):
+            # One lost store at a time: a majority of voters must still hold the committed log
+            # (two lost stores out of three is data loss no protocol can undo).
+            return
+        down, wiped = self.rng.sample(self.ids, 2)
+        self.replicas[wiped].down_until_ms = self.now_ms + FAULT_EVERY_MS_MAX  # wipe pending
+        if self.replicas[down].node is not None:
+            self._crash(self.replicas[down])
+        self._at(self.rng.randint(100, FAULT_EVERY_MS_MAX), "disk_loss", wiped)
+
+    def _wiping(self, replica: _Replica) -> bool:
+        """A wipe is pending, or the wiped voter has not caught up yet."""
+        return replica.down_until_ms > self.now_ms or replica.storage.recovering()
+
+    def _on_disk_loss(self, node_id: object) -> None:
+        if self._liveness:
+            return
+        replica = self.replicas[node_id]  # type: ignore[index]
+        leaders = [
+            r
+            for r in self.replicas.values()
+            if r.node is not None and r.node.role is Role.LEADER and r is not replica
+        ]
+        replica.down_until_ms = self.now_ms + self.rng.randint(
+            self.options.disk_recovery_ms_min,
+            self.options.disk_recovery_ms_min + 3 * FAULT_EVERY_MS_MAX,
+        )
+        if replica.node is not None:
+            self._crash(replica)
+        else:  # any restart already scheduled is too early now
+            self._at(replica.down_until_ms - self.now_ms, "restart", replica.id)
+        # The disk is gone: what ``admin store recover`` makes is an empty, recovering store.
+        replica.storage = MemoryLogStorage(recovering=True)
+        self.result.disk_losses += 1
+        if leaders and self.rng.random() < 0.5:
+            self._crash(leaders[0])  # the one voter holding what only it and the wiped one had
 
     def _repartition(self) -> None:
         self.network.heal()
@@ -326,7 +388,8 @@ class Simulation:
 
     def _heal(self) -> None:
         """Heal everything, or (half the seeds) only a random majority core: the others stay
-        down or cut off, and the core alone must converge."""
+        down or cut off, and the core alone must converge. A wiped voter restarts once its
+        recovery time is over."""
         self._liveness = True
         self.network.heal()
         # A healed network delivers every message within the usual latency. (Keeping the long
@@ -334,7 +397,10 @@ class Simulation:
         # per round trip, with a fifth of the messages delayed up to 400 ms, takes ~14 s.)
         self.network.faults = FaultSettings()
         quorum = len(self.ids) // 2 + 1
-        if len(self.ids) >= 3 and self.rng.random() < 0.5:
+        wiping = any(self._wiping(r) for r in self.replicas.values())
+        # A voter still recovering a lost store cannot vote: a majority core holding it could
+        # never elect a leader, so such a run heals everyone.
+        if len(self.ids) >= 3 and self.rng.random() < 0.5 and not wiping:
             size = self.rng.randint(quorum, len(self.ids) - 1)
             self._core = sorted(self.rng.sample(self.ids, size))
         else:
@@ -344,8 +410,12 @@ class Simulation:
             if node_id not in self._core:
                 self.network.isolate(node_id, [i for i in self.ids if i != node_id])
         for node_id in self._core:
-            if self.replicas[node_id].node is None:
-                self._start(node_id)
+            replica = self.replicas[node_id]
+            if replica.node is None:
+                if self.now_ms >= replica.down_until_ms:
+                    self._start(node_id)
+                else:
+                    self._at(replica.down_until_ms - self.now_ms, "restart", node_id)
 
     def _marker_in_log(self, node: RaftNode) -> bool:
         entries = node.log.entries(1, node.last_index + 1, entries_max=1 << 20, bytes_max=1 << 30)

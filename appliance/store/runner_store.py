@@ -11,6 +11,12 @@ size of the state (the 4 MiB cap itself is enforced by the state aggregate at ap
 Every read verifies the checksum of what it returns; a failure raises ``StoreCorrupt`` and the
 process should stop instead of acting on damaged data. One connection, one lock: every public
 method holds ``self._lock``.
+
+A store made by ``create_recovering`` (``appliance admin store recover``, for a voter whose store
+was lost) carries the metadata row ``recovering_since`` (the UTC time of the recovery). While it
+is there, ``recovering()`` is True and the Raft node neither votes nor campaigns; the driver calls
+``clear_recovering`` (one durable commit that deletes the row) once the node has caught up
+(docs/voter-recovery.md).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import apsw
 
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
-from appliance.store.errors import StoreCorrupt
+from appliance.store.errors import StoreCorrupt, StoreRefused
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
 from appliance.store.versions import (
@@ -32,9 +38,11 @@ from appliance.store.versions import (
     KIND_RUNNER,
     READER_VERSION_BASELINE,
     RUNNER_FILE_NAME,
+    WORKER_FILE_NAME,
 )
 
 PART_NAME_BYTES_MAX = 256
+META_RECOVERING_SINCE = "recovering_since"  # present only while a recovered voter catches up
 
 
 def _seed(conn: apsw.Connection) -> None:
@@ -59,6 +67,7 @@ class RunnerStore:
         self.created = created  # True when this open created and sealed the store
         self._term, self._voted_for = self._read_hard_state()
         self._first, self._last = self._read_log_range()
+        self._recovering_since = self._read_recovering_since()
 
     @classmethod
     def create_or_open(
@@ -78,6 +87,47 @@ class RunnerStore:
             seed=_seed,
         )
         try:
+            return cls(conn, lock, Path(data_dir) / RUNNER_FILE_NAME, created)
+        except BaseException:
+            conn.close()
+            lock.release()
+            raise
+
+    @classmethod
+    def create_recovering(
+        cls, data_dir: str | Path, *, contract: dict, contract_digest: str, created_at: str
+    ) -> RunnerStore:
+        """Create a fresh store, sealed with ``contract``, marked recovering since
+        ``created_at`` (in the same transaction that creates it).
+
+        Refuses (``StoreRefused``, nothing changed) when ``data_dir`` already holds a store or
+        what is left of one: the damaged store must be moved aside first, never overwritten.
+        """
+        data_dir = Path(data_dir)
+        leftovers = sorted(p.name for p in _store_files(data_dir))
+        if leftovers:
+            raise StoreRefused(
+                f"{data_dir} already holds {', '.join(leftovers)}: move the damaged store aside "
+                f"first (for example: mv {data_dir} {data_dir}.lost), then run recover again"
+            )
+        if not created_at:
+            raise ValueError("created_at must name the time of the recovery")
+
+        def seed_recovering(conn: apsw.Connection) -> None:
+            _seed(conn)
+            schema.write_meta(conn, META_RECOVERING_SINCE, created_at)
+
+        conn, lock, created = open_guarded(
+            data_dir,
+            kind=KIND_RUNNER,
+            contract=contract,
+            contract_digest=contract_digest,
+            ddl=schema.RUNNER_DDL,
+            seed=seed_recovering,
+        )
+        try:
+            if not created:  # another process created it between our look and our lock
+                raise StoreRefused(f"{data_dir} got a store while recovering; nothing changed")
             return cls(conn, lock, Path(data_dir) / RUNNER_FILE_NAME, created)
         except BaseException:
             conn.close()
@@ -326,6 +376,29 @@ class RunnerStore:
             ).fetchall()[0]
         return int(count), int(total)
 
+    # ----------------------------------------------------------------- recovering flag
+    def _read_recovering_since(self) -> str | None:
+        meta, problems = schema.read_meta(self._db)
+        if problems:
+            raise StoreCorrupt(f"{self.path}: metadata fails its checksum: {'; '.join(problems)}")
+        return meta.get(META_RECOVERING_SINCE)
+
+    def recovering(self) -> bool:
+        """True while this voter's store is a recovered one that has not caught up yet."""
+        with self._lock:
+            return self._recovering_since is not None
+
+    def recovering_since(self) -> str | None:
+        """When ``admin store recover`` made this store, while it is still recovering."""
+        with self._lock:
+            return self._recovering_since
+
+    def clear_recovering(self) -> None:
+        """The node caught up: drop the flag in one durable commit (idempotent)."""
+        with self._lock, transaction(self._db) as db:
+            db.execute("DELETE FROM meta WHERE key = ?", (META_RECOVERING_SINCE,))
+            self._recovering_since = None
+
     # ----------------------------------------------------------------- reader version
     def min_reader_version(self) -> int:
         with self._lock:
@@ -344,6 +417,18 @@ class RunnerStore:
         _check_reader_version(version)
         with self._lock, transaction(self._db) as db:
             schema.write_meta(db, schema.META_MIN_READER_VERSION, str(version))
+
+
+def _store_files(data_dir: Path) -> list[Path]:
+    """A store, or the remains of one, in ``data_dir`` (either kind, with its side files)."""
+    if not data_dir.exists():
+        return []
+    names = {RUNNER_FILE_NAME, WORKER_FILE_NAME}
+    return [
+        p
+        for p in data_dir.iterdir()
+        if p.name in names or any(p.name.startswith(n + "-") for n in names)
+    ]
 
 
 def _check_reader_version(version: int) -> None:

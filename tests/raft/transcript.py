@@ -23,6 +23,7 @@ order, persisting every Ready before its messages leave (the production rule). S
     cut n1 n2                    drop messages from n1 to n2 only
     heal                         remove every partition and cut
     crash n1 / restart n1        lose in-memory state / rebuild from storage
+    lose-disk n1                 n1 loses its whole store; restarts on a recovering one
     status                       one line per node
     log n1                       n1's log as index/term:kind
 """
@@ -127,6 +128,9 @@ class Cluster:
                         truncate_from=ready.truncate_from,
                         entries=ready.stored_entries(),
                     )
+                if ready.recovered:
+                    self.storage[node_id].clear_recovering()
+                    out.append(f"{node_id} caught up: a full voter again")
                 self.queue.extend(ready.messages)
                 self.applied[node_id].extend(ready.committed)
                 for read in ready.reads:
@@ -166,6 +170,7 @@ class Cluster:
             f"{node_id} {node.role.value} term={node.term} vote={node.voted_for or '-'} "
             f"leader={node.leader_id or '-'} commit={node.commit_index} "
             f"applied={node.applied_index} last={node.last_index}"
+            + (" RECOVERING" if node.recovering else "")
         )
 
 
@@ -255,6 +260,10 @@ def run_command(cluster: Cluster | None, line: str) -> tuple[Cluster | None, lis
         cluster.blocked.clear()
     elif cmd == "crash":
         cluster.nodes[args[0]] = None
+    elif cmd == "lose-disk":
+        cluster.storage[args[0]] = MemoryLogStorage(recovering=True)
+        cluster.start(args[0])
+        out.append(cluster.status_line(args[0]))
     elif cmd == "restart":
         cluster.start(args[0])
         out.append(cluster.status_line(args[0]))
