@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from appliance.config.addresses import AddressError, is_loopback_host, parse_host_port
+from appliance.config.loopback import ENV_NAMES
 from appliance.http import AmbiguousSend, ConnectFailed, HttpClient
 
 EXIT_OK: Final = 0
@@ -34,8 +35,9 @@ EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
 ADDR_ENV: Final = "APPLIANCE_MANAGEMENT_ADDR"
 ADDR_DEFAULT: Final = "127.0.0.1:4601"
-OPERATOR_TOKEN_ENV: Final = "MCP_SCHEDULER_OPERATOR_TOKEN"
-RECOVERY_TOKEN_ENV: Final = "MCP_SCHEDULER_RECOVERY_TOKEN"
+# The names the generated configs use (quickstart, cluster init): their admin commands need no flag.
+OPERATOR_TOKEN_ENV: Final = ENV_NAMES["operator"]
+RECOVERY_TOKEN_ENV: Final = ENV_NAMES["recovery"]
 DEFINITION_FILE_BYTES_MAX: Final = 72 * 1024
 READ_TIMEOUT_MS: Final = 60_000
 WORKER_TOKEN_ENV: Final = "MCP_SCHEDULED_WORKER_TOKEN"

@@ -13,6 +13,8 @@ makes the cluster hang together:
 Everything sealed in the contract (the voter mapping, limits, initial schedules and the remote
 config with its grant expiry) is computed once and copied into every voter's config, so the
 contract digest is identical across voters by construction; only per-node fields differ.
+The documents themselves are built by ``appliance.config.loopback``, which the quickstart
+shares; this module owns the port plan and the cluster's names.
 
 Credentials: five roles, five fresh values (``secrets.token_urlsafe``), all distinct, because the
 runner refuses to start when two roles share a value (SPEC §6). The admission, cluster and worker
@@ -25,11 +27,19 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
-from appliance.config.rfc3339 import format_utc
+from appliance.config.loopback import (
+    ENV_NAMES,
+    LOOPBACK,
+    TOKEN_BYTES,
+    grant_expiry,
+    remote_section,
+    runner_document,
+    worker_document,
+)
 
 VOTERS_ALLOWED: Final = (1, 3, 5, 7, 9)  # odd: an even count tolerates no more failures
 VOTERS_DEFAULT: Final = 3
@@ -37,22 +47,9 @@ PORT_SPAN: Final = 31  # the plan above uses base … base + 30
 BASE_PORT_MIN: Final = 1024  # unprivileged ports only: the cluster runs as a normal user
 BASE_PORT_MAX: Final = 65535 - (PORT_SPAN - 1)
 BASE_PORT_DEFAULT: Final = 7100
-GRANT_DAYS: Final = 365
-TOKEN_BYTES: Final = 32
-LOOPBACK: Final = "127.0.0.1"
 NAMESPACE: Final = "cluster"
 WORKER_ID: Final = "worker-1"
 SESSION: Final = "cluster-init"
-REMOTE_TIMEOUT_SECONDS: Final = 60
-REMOTE_HEAP_MB: Final = 64
-
-ENV_NAMES: Final = {
-    "admission": "MCP_SCHEDULER_ADMISSION_TOKEN",
-    "cluster": "MCP_SCHEDULER_CLUSTER_TOKEN",
-    "worker": "MCP_SCHEDULER_WORKER_TOKEN",
-    "operator": "MCP_SCHEDULER_OPERATOR_TOKEN",
-    "recovery": "MCP_SCHEDULER_RECOVERY_TOKEN",
-}
 
 DEMO_SCHEDULE: Final = {
     "name": "hello-cluster",
@@ -120,55 +117,33 @@ def fresh_credentials(token: Callable[[int], str] = secrets.token_urlsafe) -> di
     return values
 
 
-def _remote(plan: PortPlan, expires_at: datetime) -> dict[str, Any]:
-    return {
-        "url": f"http://{LOOPBACK}:{plan.worker_port}",
-        "bearer_env": ENV_NAMES["worker"],
-        "expires_at": format_utc(expires_at),
-        "session": SESSION,
-        "timeout_seconds": REMOTE_TIMEOUT_SECONDS,
-        "heap_mb": REMOTE_HEAP_MB,
-        "namespace": NAMESPACE,
-        "worker_id": WORKER_ID,
-    }
-
-
 def runner_config(
     me: VoterPorts, plan: PortPlan, data_root: Path, remote: dict[str, Any], demo: bool
 ) -> dict[str, Any]:
-    return {
-        "node_id": me.node_id,
-        "advertise_addr": LOOPBACK,
-        "cluster_port": me.cluster_port,
-        "peers": [
+    return runner_document(
+        node_id=me.node_id,
+        cluster_port=me.cluster_port,
+        peers=[
             f"{peer.node_id}@{LOOPBACK}:{peer.cluster_port}"
             for peer in plan.voters
             if peer.node_id != me.node_id
         ],
-        "data_dir": str(data_root / me.node_id),
-        "admission_addr": f"{LOOPBACK}:{me.admission_port}",
-        "admission_bearer_env": ENV_NAMES["admission"],
-        "cluster_bearer_env": ENV_NAMES["cluster"],
-        "schedules": [dict(DEMO_SCHEDULE)] if demo else [],
-        "remote": dict(remote),
-        "management": {
-            "addr": f"{LOOPBACK}:{me.management_port}",
-            "bearer_env": ENV_NAMES["operator"],
-            "recovery_bearer_env": ENV_NAMES["recovery"],
-        },
-    }
+        data_dir=data_root / me.node_id,
+        admission_port=me.admission_port,
+        management_port=me.management_port,
+        schedules=[DEMO_SCHEDULE] if demo else [],
+        remote=remote,
+    )
 
 
 def worker_config(plan: PortPlan, data_root: Path) -> dict[str, Any]:
-    return {
-        "namespace": NAMESPACE,
-        "worker_id": WORKER_ID,
-        "data_dir": str(data_root / WORKER_ID),
-        "bearer_env": ENV_NAMES["worker"],
-        "admission_bearer_env": ENV_NAMES["admission"],
-        "admission_urls": [f"http://{LOOPBACK}:{voter.admission_port}" for voter in plan.voters],
-        "listen_addr": f"{LOOPBACK}:{plan.worker_port}",
-    }
+    return worker_document(
+        namespace=NAMESPACE,
+        worker_id=WORKER_ID,
+        data_dir=data_root / WORKER_ID,
+        admission_ports=[voter.admission_port for voter in plan.voters],
+        worker_port=plan.worker_port,
+    )
 
 
 def lay_out(
@@ -182,8 +157,13 @@ def lay_out(
 ) -> ClusterFiles:
     """Every config and credential of a loopback cluster rooted at ``out_dir`` (absolute)."""
     plan = plan_ports(voters, base_port)
-    expires_at = now.replace(microsecond=0) + timedelta(days=GRANT_DAYS)
-    remote = _remote(plan, expires_at)
+    remote = remote_section(
+        plan.worker_port,
+        grant_expiry(now),
+        session=SESSION,
+        namespace=NAMESPACE,
+        worker_id=WORKER_ID,
+    )
     data_root = out_dir / "data"
     return ClusterFiles(
         runner_configs={

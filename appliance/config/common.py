@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any, Final
 
+from appliance.core.binding import HEAP_MB_RANGE, TIMEOUT_SECONDS_RANGE
 from appliance.core.errors import InvalidConfig
 from appliance.core.schema import Text, show
 
@@ -15,9 +16,11 @@ ENV_NAME_BYTES_MAX: Final = 128
 IDENT_PATTERN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 IDENT_BYTES_MAX: Final = 128
 DATA_DIR_BYTES_MAX: Final = 4096
-TIMEOUT_SECONDS_MAX: Final = 86_400
-HEAP_MB_MIN: Final = 16
-HEAP_MB_MAX: Final = 4096
+# The grant's engine limits are one rule wherever they are checked (the config's ``remote``, the
+# worker's wire parser and the committed binding), so the core binding owns the ranges.
+TIMEOUT_SECONDS_MAX: Final = TIMEOUT_SECONDS_RANGE[1]
+HEAP_MB_MIN: Final = HEAP_MB_RANGE[0]
+HEAP_MB_MAX: Final = HEAP_MB_RANGE[1]
 
 ENV_NAME: Final = Text(
     ENV_NAME_BYTES_MAX, 1, ENV_NAME_PATTERN, "an environment variable name ([A-Za-z_][A-Za-z0-9_]*)"

@@ -64,6 +64,7 @@ from appliance.core.schema import (
     Obj,
     Problems,
     Text,
+    check_not_above,
     index,
     join,
     show,
@@ -228,12 +229,7 @@ def _check_raft(values: Any, path: str, problems: Problems) -> None:
             f"must be less than election_timeout_min_ms ({values['election_timeout_min_ms']}), "
             f"got {values['heartbeat_ms']}",
         )
-    if values["election_timeout_min_ms"] > values["election_timeout_max_ms"]:
-        problems.add(
-            join(path, "election_timeout_min_ms"),
-            f"must not exceed election_timeout_max_ms ({values['election_timeout_max_ms']}), "
-            f"got {values['election_timeout_min_ms']}",
-        )
+    check_not_above(values, path, problems, "election_timeout_min_ms", "election_timeout_max_ms")
 
 
 RAFT_RULE: Final = Obj(

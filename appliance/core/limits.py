@@ -8,19 +8,10 @@ strict: unknown fields are rejected, missing fields take the SPEC defaults, and 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Final
 
 from appliance.core.errors import InvalidConfig
-from appliance.core.schema import (
-    INVALID,
-    CrossCheck,
-    Field,
-    Integer,
-    Obj,
-    Problems,
-    join,
-    validate,
-)
+from appliance.core.schema import INVALID, Field, Integer, Obj, not_above, validate
 
 SCHEDULES_MAX: Final = 1024
 RECORDS_MAX: Final = 65536
@@ -39,23 +30,6 @@ class Limits:
 CHECKPOINT_BYTES_MAX = 4 * 1024 * 1024
 
 _DEFAULT: Final = Limits()
-
-
-def _check_outstanding(values: Any, path: str, problems: Problems) -> None:
-    # Each bound is stated against its neighbour so the message names the field to change.
-    if values["outstanding"] > values["records"]:
-        problems.add(
-            join(path, "outstanding"),
-            f"must not exceed records ({values['records']}), got {values['outstanding']}",
-        )
-
-
-def _check_running(values: Any, path: str, problems: Problems) -> None:
-    if values["running"] > values["outstanding"]:
-        problems.add(
-            join(path, "running"),
-            f"must not exceed outstanding ({values['outstanding']}), got {values['running']}",
-        )
 
 
 LIMITS_RULE: Final = Obj(
@@ -92,10 +66,8 @@ LIMITS_RULE: Final = Obj(
         ),
     },
     build=Limits,
-    checks=(
-        CrossCheck(("records", "outstanding"), _check_outstanding),
-        CrossCheck(("outstanding", "running"), _check_running),
-    ),
+    # Each bound is stated against its neighbour so the message names the field to change.
+    checks=(not_above("outstanding", "records"), not_above("running", "outstanding")),
 )
 
 

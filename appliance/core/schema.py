@@ -274,6 +274,25 @@ class CrossCheck:
     run: Callable[[Mapping[str, Any], str, Problems], None]
 
 
+def check_not_above(
+    values: Mapping[str, Any], path: str, problems: Problems, name: str, bound: str
+) -> None:
+    """Record a problem at ``name`` (the field to change) when it exceeds its sibling ``bound``."""
+    if values[name] > values[bound]:
+        problems.add(
+            join(path, name), f"must not exceed {bound} ({values[bound]}), got {values[name]}"
+        )
+
+
+def not_above(name: str, bound: str) -> CrossCheck:
+    """The cross-check ``name <= bound`` between two sibling integer fields."""
+
+    def run(values: Mapping[str, Any], path: str, problems: Problems) -> None:
+        check_not_above(values, path, problems, name, bound)
+
+    return CrossCheck((bound, name), run)
+
+
 @dataclass(frozen=True)
 class Obj:
     """A JSON object with a closed set of fields, an optional constructor and cross-checks.

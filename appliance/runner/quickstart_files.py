@@ -16,6 +16,9 @@ quickstart is already running on this data directory). The admission and managem
 per-node settings outside the contract: when one of them is taken, a new free port is chosen, both
 configs are rewritten and the change is reported. A credential missing from the file (for example,
 a data directory written by an older version) is generated; credentials are not sealed either.
+
+The documents are built by ``appliance.config.loopback`` (shared with ``appliance cluster init``);
+this module owns the data directory: its files, free ports and repairs.
 """
 
 from __future__ import annotations
@@ -23,33 +26,34 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import socket
 import tempfile
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
 from appliance.config.addresses import AddressError, parse_host_port
-from appliance.config.rfc3339 import format_utc
+from appliance.config.loopback import (
+    LOOPBACK,
+    admission_url,
+    fresh_token,
+    grant_expiry,
+    management_section,
+    remote_section,
+    runner_document,
+    worker_document,
+)
 
 CREDENTIALS_FILE: Final = "credentials.env"
 LEGACY_CREDENTIALS_FILE: Final = "credentials.json"  # the minimal quickstart's file
 RUNNER_FILE: Final = "runner.json"
 WORKER_FILE: Final = "worker.json"
-LOOPBACK: Final = "127.0.0.1"
-TOKEN_BYTES: Final = 32
-GRANT_DAYS: Final = 365
 LISTEN_BACKLOG: Final = 1
-ENV_NAMES: Final = {
-    "admission": "MCP_SCHEDULER_ADMISSION_TOKEN",
-    "cluster": "MCP_SCHEDULER_CLUSTER_TOKEN",
-    "worker": "MCP_SCHEDULER_WORKER_TOKEN",
-    # The defaults of `appliance admin --token-env`: the printed admin command needs no flag.
-    "operator": "MCP_SCHEDULER_OPERATOR_TOKEN",
-    "recovery": "MCP_SCHEDULER_RECOVERY_TOKEN",
-}
+NAMESPACE: Final = "quickstart"
+NODE_ID: Final = "quickstart"
+SESSION: Final = "quickstart"
+WORKER_ID: Final = "worker-1"
 DEMO_SCHEDULE: Final = {
     "name": "hello",
     "code": "console.log('hello from the appliance, occurrence ' + scheduled.occurrence_id"
@@ -198,42 +202,26 @@ def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
 
 def _new_configs(data_dir: Path, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
     cluster_port, admission_port, worker_port, management_port = free_ports(4)
-    expires = now.astimezone(UTC).replace(microsecond=0) + timedelta(days=GRANT_DAYS)
-    runner = {
-        "node_id": "quickstart",
-        "advertise_addr": LOOPBACK,
-        "cluster_port": cluster_port,
-        "peers": [],
-        "data_dir": str(data_dir / "runner"),
-        "admission_addr": f"{LOOPBACK}:{admission_port}",
-        "admission_bearer_env": ENV_NAMES["admission"],
-        "cluster_bearer_env": ENV_NAMES["cluster"],
-        "schedules": [DEMO_SCHEDULE],
-        "remote": {
-            "url": f"http://{LOOPBACK}:{worker_port}",
-            "bearer_env": ENV_NAMES["worker"],
-            "expires_at": format_utc(expires),
-            "session": "quickstart",
-            "timeout_seconds": 60,
-            "heap_mb": 64,
-            "namespace": "quickstart",
-            "worker_id": "worker-1",
-        },
-        "management": {
-            "addr": f"{LOOPBACK}:{management_port}",
-            "bearer_env": ENV_NAMES["operator"],
-            "recovery_bearer_env": ENV_NAMES["recovery"],
-        },
-    }
-    worker = {
-        "namespace": "quickstart",
-        "worker_id": "worker-1",
-        "data_dir": str(data_dir / "worker"),
-        "bearer_env": ENV_NAMES["worker"],
-        "admission_bearer_env": ENV_NAMES["admission"],
-        "admission_urls": [f"http://{LOOPBACK}:{admission_port}"],
-        "listen_addr": f"{LOOPBACK}:{worker_port}",
-    }
+    remote = remote_section(
+        worker_port, grant_expiry(now), session=SESSION, namespace=NAMESPACE, worker_id=WORKER_ID
+    )
+    runner = runner_document(
+        node_id=NODE_ID,
+        cluster_port=cluster_port,
+        peers=[],
+        data_dir=data_dir / "runner",
+        admission_port=admission_port,
+        management_port=management_port,
+        schedules=[DEMO_SCHEDULE],
+        remote=remote,
+    )
+    worker = worker_document(
+        namespace=NAMESPACE,
+        worker_id=WORKER_ID,
+        data_dir=data_dir / "worker",
+        admission_ports=[admission_port],
+        worker_port=worker_port,
+    )
     return runner, worker
 
 
@@ -275,15 +263,11 @@ def _move_unsealed_ports(runner: dict[str, Any], worker: dict[str, Any]) -> list
     if not port_is_free(admission):
         new = free_ports(1)[0]
         runner["admission_addr"] = f"{LOOPBACK}:{new}"
-        worker["admission_urls"] = [f"http://{LOOPBACK}:{new}"]
+        worker["admission_urls"] = [admission_url(new)]
         notes.append(f"admission port {admission} was taken: moved to {new}")
     management = runner.get("management")
     if management is None:  # a data directory from before the management listener
-        runner["management"] = {
-            "addr": f"{LOOPBACK}:{free_ports(1)[0]}",
-            "bearer_env": ENV_NAMES["operator"],
-            "recovery_bearer_env": ENV_NAMES["recovery"],
-        }
+        runner["management"] = management_section(free_ports(1)[0])
         notes.append("added a management listener to runner.json")
     else:
         port = _port_of(management.get("addr"), "management")
@@ -306,7 +290,7 @@ def _ensure_credentials(data_dir: Path, names: list[str]) -> tuple[dict[str, str
     for name in names:
         value = known.get(name)
         if value is None or value in credentials.values():
-            value = secrets.token_urlsafe(TOKEN_BYTES)
+            value = fresh_token()
             changed = True
         credentials[name] = value
     return credentials, changed

@@ -70,36 +70,35 @@ def test_credentials_are_never_printed(tmp_path: Path, capsys: pytest.CaptureFix
         assert value not in printed.out + printed.err
 
 
-@pytest.mark.parametrize("name", ["voter-1.json", "voter-2.json", "voter-3.json"])
-def test_admin_config_check_accepts_each_written_voter_config_with_its_credentials(
-    tmp_path: Path,
-    name: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    scrubbed_environ: None,
-) -> None:
+@pytest.fixture
+def exported_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scrubbed_environ: None
+) -> Path:
+    """A cluster written by ``cluster init``, its credentials exported into the environment."""
     out = tmp_path / "c"
     assert cluster_init("--out", str(out)) == 0
     for variable, value in read_env_file(out / "cluster.env").items():
         monkeypatch.setenv(variable, value)
+    return out
+
+
+@pytest.mark.parametrize("name", ["voter-1.json", "voter-2.json", "voter-3.json"])
+def test_admin_config_check_accepts_each_written_voter_config_with_its_credentials(
+    exported_cluster: Path, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     capsys.readouterr()
-    assert appliance_main(["admin", "config", "check", str(out / name), "--check-env"]) == 0
+    argv = ["admin", "config", "check", str(exported_cluster / name), "--check-env"]
+    assert appliance_main(argv) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("ok\n")
     assert "credentials: all set and distinct" in printed
 
 
 def test_admin_config_check_accepts_the_written_worker_config(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    scrubbed_environ: None,
+    exported_cluster: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out = tmp_path / "c"
-    assert cluster_init("--out", str(out)) == 0
-    for variable, value in read_env_file(out / "cluster.env").items():
-        monkeypatch.setenv(variable, value)
-    argv = ["admin", "config", "check", str(out / "worker.json"), "--worker", "--check-env"]
+    worker = str(exported_cluster / "worker.json")
+    argv = ["admin", "config", "check", worker, "--worker", "--check-env"]
     capsys.readouterr()
     assert appliance_main(argv) == 0
     assert capsys.readouterr().out.startswith("ok\n")

@@ -23,7 +23,7 @@ def test_every_voter_of_a_three_voter_cluster_computes_the_same_digest() -> None
     assert len(set(digests.values())) == 1, digests
 
 
-def test_the_contract_holds_voters_limits_schedules_and_remote() -> None:
+def test_the_contract_holds_voters_limits_schedules_remote_and_replication() -> None:
     contract = sealed_contract(parse_runner_config(runner_dict("n2")))
     assert contract == {
         "voters": {"n1": "10.0.0.1:7001", "n2": "10.0.0.2:7002", "n3": "10.0.0.3:7003"},
@@ -45,6 +45,7 @@ def test_the_contract_holds_voters_limits_schedules_and_remote() -> None:
             "namespace": "operator-scheduler-1",
             "worker_id": "worker-1",
         },
+        "replication": {"kind": "raft"},
     }
     assert contract_digest(parse_runner_config(runner_dict("n2"))) == canonical_digest(contract)
 

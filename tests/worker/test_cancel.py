@@ -20,18 +20,10 @@ from tests.worker.peers import (
     binding,
     exec_body,
     execution_id,
-    running_worker,
     wait_gone,
 )
 
 _occurrences = itertools.count(500)
-
-
-@pytest.fixture(scope="module")
-def admission() -> Iterator[AdmissionPeer]:
-    peer = AdmissionPeer("grant")
-    yield peer
-    peer.close()
 
 
 @pytest.fixture
@@ -41,14 +33,6 @@ def grant(admission: AdmissionPeer) -> Iterator[AdmissionPeer]:
     yield admission
     admission.mode = "grant"
     admission.release()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, admission: AdmissionPeer
-) -> Iterator[WorkerProcess]:
-    with running_worker(tmp_path_factory.mktemp("cancel"), [admission.url]) as process:
-        yield process
 
 
 def cancel_body(code: str, occurrence_id: int, **kwargs: Any) -> dict[str, Any]:

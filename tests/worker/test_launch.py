@@ -7,7 +7,6 @@ occurrence id, so invocations never collide.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 
 import pytest
 
@@ -17,25 +16,9 @@ from tests.worker.peers import (
     WorkerProcess,
     exec_body,
     execution_id,
-    running_worker,
 )
 
 _occurrences = itertools.count(100)
-
-
-@pytest.fixture(scope="module")
-def admission() -> Iterator[AdmissionPeer]:
-    peer = AdmissionPeer("grant")
-    yield peer
-    peer.close()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    tmp_path_factory: pytest.TempPathFactory, admission: AdmissionPeer
-) -> Iterator[WorkerProcess]:
-    with running_worker(tmp_path_factory.mktemp("launch"), [admission.url]) as process:
-        yield process
 
 
 def requests_for(admission: AdmissionPeer, occurrence_id: int) -> list[dict]:

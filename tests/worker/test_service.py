@@ -42,13 +42,6 @@ class SettableClock:
         return self.value
 
 
-@pytest.fixture(scope="module")
-def admission() -> Iterator[AdmissionPeer]:
-    peer = AdmissionPeer("grant")
-    yield peer
-    peer.close()
-
-
 @pytest.fixture
 def clock() -> SettableClock:
     return SettableClock(NOW)

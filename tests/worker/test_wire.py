@@ -2,10 +2,22 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
+from appliance.core.binding import (
+    AUTHORITY_FIELDS,
+    BINDING_FIELDS,
+    binding_from_json,
+    binding_to_json,
+)
 from appliance.store.worker_store import Invocation
 from appliance.worker.wire import (
+    AUTHORITY_RULE,
+    BINDING_RULE,
+    Authority,
+    Binding,
     WireError,
     execution_id_of,
     invocation_of,
@@ -89,3 +101,19 @@ def test_execution_ids_round_trip(text: str) -> None:
 )
 def test_anything_else_is_not_an_execution_id(text: str) -> None:
     assert invocation_of(text, "ns") is None
+
+
+def test_the_worker_reads_exactly_the_fields_the_core_binds() -> None:
+    # The worker keeps its own types (datetimes, the verbatim document), never its own field list.
+    assert tuple(BINDING_RULE.fields) == BINDING_FIELDS
+    assert tuple(AUTHORITY_RULE.fields) == AUTHORITY_FIELDS
+    assert tuple(f.name for f in fields(Binding)) == (*BINDING_FIELDS, "document")
+    assert tuple(f.name for f in fields(Authority)) == AUTHORITY_FIELDS
+
+
+def test_a_binding_the_core_writes_is_parsed_by_the_worker_and_kept_verbatim() -> None:
+    committed = binding_from_json(binding("console.log(1)", occurrence_id=9))
+    body = {"protocol": 1, "binding": binding_to_json(committed), "code": "console.log(1)"}
+    received = parse_exec(body).binding
+    assert received.invocation == Invocation("ns-test", 3, 9, 1)
+    assert binding_from_json(received.document) == committed
