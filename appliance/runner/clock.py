@@ -37,3 +37,17 @@ class ScaledClock:
 
     def now_s(self) -> float:
         return self._start_wall_s + (time.monotonic() - self._start_mono_s) * self.time_scale
+
+
+class OffsetClock:
+    """Tests only (``--clock-offset-seconds``): another clock shifted by ``offset_s``, so a chaos
+    run can give one voter a wrong wall clock, or keep a restarted voter on the cluster's scaled
+    timeline instead of restarting the scale from the real time."""
+
+    def __init__(self, inner: Clock, offset_s: float) -> None:
+        self._inner = inner
+        self._offset_s = offset_s
+        self.time_scale = inner.time_scale
+
+    def now_s(self) -> float:
+        return self._inner.now_s() + self._offset_s

@@ -2,7 +2,8 @@
 
 Start-up, in this order, each step failing closed with a message that names the problem:
 
-1. ``--time-scale`` is refused unless ``APPLIANCE_TESTING=1`` (exit 2);
+1. ``--time-scale`` (and the chaos suite's ``--clock-offset-seconds`` and
+   ``--peer-route``) are refused unless ``APPLIANCE_TESTING=1`` (exit 2);
 2. the config is loaded and validated (every problem printed with its field path, exit 2), the
    credentials are resolved from the named variables (missing or reused: exit 2), and a grant
    expiry that is past or near is warned about;
@@ -19,6 +20,7 @@ the Raft driver stops the process with exit 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -27,15 +29,20 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
+from appliance.config.addresses import HostPort
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
+from appliance.config.replication import EtcdBackend
 from appliance.config.rfc3339 import format_utc
-from appliance.config.runner import RunnerConfig, load_runner_config
+from appliance.config.runner import Peer, RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.http import HttpServer
+from appliance.logs import log_stream
+from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
+from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
 from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
-from appliance.runner.clock import Clock, ScaledClock, SystemClock
+from appliance.runner.clock import Clock, OffsetClock, ScaledClock, SystemClock
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
@@ -53,13 +60,37 @@ def _fail(stream: TextIO, message: str) -> None:
     print(f"appliance runner: {message}", file=stream, flush=True)
 
 
-def make_clock(time_scale: float | None, environ: Mapping[str, str]) -> Clock:
-    """The injected wall clock; ``ValueError`` when scaling is asked for outside testing."""
+def make_clock(
+    time_scale: float | None, environ: Mapping[str, str], *, offset_s: float | None = None
+) -> Clock:
+    """The injected wall clock; ``ValueError`` when scaling or an offset is asked for outside
+    testing."""
+    if offset_s is not None and environ.get(TESTING_ENV) != "1":
+        raise ValueError(f"--clock-offset-seconds is for tests only: it needs {TESTING_ENV}=1")
     if time_scale is None:
-        return SystemClock()
-    if environ.get(TESTING_ENV) != "1":
+        clock: Clock = SystemClock()
+    elif environ.get(TESTING_ENV) != "1":
         raise ValueError(f"--time-scale is for tests only: it needs {TESTING_ENV}=1")
-    return ScaledClock(time_scale)
+    else:
+        clock = ScaledClock(time_scale)
+    return clock if offset_s is None else OffsetClock(clock, offset_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkOverride:
+    """Tests only (the chaos suite's fault-injecting proxies): peers are dialled at
+    ``peer_routes`` (id → address) instead of their configured addresses, so each directed link
+    can go through its own proxy. The sealed contract, and so the digest every message carries,
+    stays the one of the configuration file."""
+
+    peer_routes: Mapping[str, HostPort] = dataclasses.field(default_factory=dict)
+
+    def member_config(self, cfg: RunnerConfig) -> RunnerConfig:
+        unknown = set(self.peer_routes) - {peer.node_id for peer in cfg.peers}
+        if unknown:
+            raise ValueError(f"--peer-route names no configured peer: {sorted(unknown)}")
+        peers = tuple(Peer(p.node_id, self.peer_routes.get(p.node_id, p.addr)) for p in cfg.peers)
+        return dataclasses.replace(cfg, peers=peers)
 
 
 def expiry_warning(cfg: RunnerConfig, now_s: float) -> str | None:
@@ -82,6 +113,8 @@ class RunnerProcess:
         store: RunnerStore,
         clock: Clock,
         log: DecisionLog,
+        *,
+        network: NetworkOverride | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
@@ -89,8 +122,9 @@ class RunnerProcess:
         self.fatal: BaseException | None = None
         self.stopping = threading.Event()
         self.machine = Machine(store, cfg.limits)
-        self.member = RaftMember(
-            cfg,
+        member_cls = EtcdMember if isinstance(cfg.replication, EtcdBackend) else RaftMember
+        self.member = member_cls(
+            cfg if network is None else network.member_config(cfg),
             credentials,
             store,
             self.machine.apply,
@@ -99,13 +133,15 @@ class RunnerProcess:
             on_fatal=self._on_fatal,
         )
         self.worker = WorkerClient(cfg.remote.url.url, credentials.worker)
+        # Event metrics (docs/operations.md): the loop's log and replication seams, wrapped.
+        self.metrics = RunnerMetrics()
         self.runner = Runner(
             cfg=cfg,
             machine=self.machine,
-            replication=self.member.replication,
+            replication=TimedReplication(self.member.replication, self.metrics),
             worker=self.worker,
             clock=clock,
-            log=log,
+            log=DecisionLogTee(log, self.metrics),
         )
         known = {
             "admission": credentials.admission,
@@ -125,7 +161,9 @@ class RunnerProcess:
         if cfg.management is not None:
             from appliance.runner.management.wiring import ManagementService
 
-            self.management = ManagementService(cfg, credentials, self.runner)
+            self.management = ManagementService(
+                cfg, credentials, self.runner, metrics=self.metrics, store=store
+            )
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -193,9 +231,14 @@ def run_runner(
     stdin: TextIO,
     stdout: TextIO,
     stderr: TextIO,
+    clock_offset_s: float | None = None,
+    network: NetworkOverride | None = None,
+    log_format: str = "json",
 ) -> int:
     try:
-        clock = make_clock(time_scale, environ)
+        clock = make_clock(time_scale, environ, offset_s=clock_offset_s)
+        if network is not None and environ.get(TESTING_ENV) != "1":
+            raise ValueError(f"--peer-route is for tests only: it needs {TESTING_ENV}=1")
     except ValueError as err:
         _fail(stderr, str(err))
         return 2
@@ -206,7 +249,7 @@ def run_runner(
         for path, message in exc.problems:
             _fail(stderr, f"config: {path}: {message}")
         return 2
-    log = DecisionLog(cfg.node_id, stderr)
+    log = DecisionLog(cfg.node_id, log_stream(stderr, log_format))  # appliance.logs schema
     warning = expiry_warning(cfg, clock.now_s())
     if warning is not None:
         log.emit("grant_expiry_warning", message=warning)
@@ -218,7 +261,7 @@ def run_runner(
         _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
         return 1
     try:
-        process = RunnerProcess(cfg, credentials, store, clock, log)
+        process = RunnerProcess(cfg, credentials, store, clock, log, network=network)
         process.start()
     except Exception as exc:
         store.close()
@@ -236,7 +279,15 @@ def run_runner(
     return 1 if process.fatal is not None else 0
 
 
-def main_stdio(config_path: str, time_scale: float | None, environ: Mapping[str, str]) -> int:
+def main_stdio(
+    config_path: str,
+    time_scale: float | None,
+    environ: Mapping[str, str],
+    *,
+    clock_offset_s: float | None = None,
+    network: NetworkOverride | None = None,
+    log_format: str = "json",
+) -> int:
     return run_runner(
         config_path,
         time_scale=time_scale,
@@ -244,4 +295,7 @@ def main_stdio(config_path: str, time_scale: float | None, environ: Mapping[str,
         stdin=sys.stdin,
         stdout=sys.stdout,
         stderr=sys.stderr,
+        clock_offset_s=clock_offset_s,
+        network=network,
+        log_format=log_format,
     )
