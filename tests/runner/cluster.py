@@ -1,5 +1,9 @@
 """Real processes on loopback for the runner tests: voters (``appliance runner``) and a worker.
 
+The voters replicate through either backend (``Cluster(..., replication=...)``): absent, the
+built-in Raft over fixed peers; an etcd ``replication`` object, runner instances that share one etcd
+prefix and have no peers (each still with its own data_dir and admission_addr).
+
 Each voter is a ``python -m appliance runner CONFIG.json --time-scale N`` process with its stdin
 and stdout kept open: ``command(node, doc)`` writes one JSON line and waits (bounded) for the one
 reply line. Its stderr (the decision log) goes to a file the test can read on failure.
@@ -209,6 +213,7 @@ class Cluster:
         worker: bool = False,
         management_ports: dict[str, int] | None = None,
         raft: dict[str, int] | None = FAST_RAFT,
+        replication: dict[str, Any] | None = None,
     ) -> None:
         self.root = root
         ids = [f"v{i}" for i in range(1, size + 1)]
@@ -217,12 +222,17 @@ class Cluster:
         self.admission_ports = dict(zip(ids, ports[size : 2 * size], strict=True))
         worker_port = ports[-1]
         self.voters: dict[str, Voter] = {}
+        self.replication = replication
+        on_etcd = replication is not None and replication.get("kind") == "etcd"
         for node_id in ids:
-            doc = {
+            doc: dict[str, Any] = {
                 "node_id": node_id,
                 "advertise_addr": "127.0.0.1",
                 "cluster_port": cluster_ports[node_id],
-                "peers": [
+                # With etcd the runners talk only to etcd: no peers (the config rule).
+                "peers": []
+                if on_etcd
+                else [
                     f"{other}@127.0.0.1:{p}"
                     for other, p in cluster_ports.items()
                     if other != node_id
@@ -243,8 +253,10 @@ class Cluster:
                     "worker_id": "worker-1",
                 },
             }
-            if raft is not None:
+            if raft is not None and not on_etcd:
                 doc["raft"] = raft
+            if replication is not None:
+                doc["replication"] = replication
             if management_ports and node_id in management_ports:
                 doc["management"] = {
                     "addr": f"127.0.0.1:{management_ports[node_id]}",

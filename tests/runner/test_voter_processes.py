@@ -5,22 +5,53 @@ owner a new owner (higher term, new epoch) takes over with every committed entry
 killed voter restarts from its store and catches up; every Raft route, status included, answers
 401 without the cluster bearer; a voter that is not the owner answers ``status`` with 409 and
 the leader it knows.
+
+The same test runs on the etcd backend (issue 11): there the "voters" are runner instances
+sharing one etcd prefix, the term is the etcd leader key's creation revision, and a runner opens
+no cluster listener at all (instead of one that refuses requests without the cluster bearer).
 """
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 from appliance.http import HttpClient
 from tests.runner.cluster import DEMO, ENV, Cluster, wait_for
+from tests.runner.conftest import Backend
 
 
 def _schedule_names(reply: dict) -> list[str]:  # type: ignore[type-arg]
     return [s["definition"]["name"] for s in reply["schedules"]]
 
 
-def test_three_runner_voters_fail_over_without_losing_a_committed_entry(tmp_path: Path) -> None:
-    cluster = Cluster(tmp_path, 3, time_scale=1.0)
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _assert_raft_routes_need_the_cluster_bearer(cluster: Cluster, client: HttpClient) -> None:
+    for port in cluster.cluster_ports.values():
+        for method, path in (
+            ("GET", "/raft/v1/status"),
+            ("POST", "/raft/v1/append"),
+            ("POST", "/raft/v1/vote"),
+        ):
+            url = f"http://127.0.0.1:{port}{path}"
+            assert client.request(method, url, body=b"{}").status == 401, url
+            wrong = ENV["RUNNER_ADMISSION_TOKEN"]  # a real credential of another role
+            assert client.request(method, url, body=b"{}", bearer=wrong).status == 401
+        good = client.get(
+            f"http://127.0.0.1:{port}/raft/v1/status", bearer=ENV["RUNNER_CLUSTER_TOKEN"]
+        )
+        assert good.status == 200
+
+
+def test_three_runner_voters_fail_over_without_losing_a_committed_entry(
+    tmp_path: Path, backend: Backend
+) -> None:
+    cluster = Cluster(tmp_path, 3, time_scale=1.0, replication=backend.replication())
     client = HttpClient(connect_timeout_ms=500, read_timeout_ms=2_000)
     try:
         cluster.start()
@@ -39,20 +70,16 @@ def test_three_runner_voters_fail_over_without_losing_a_committed_entry(tmp_path
         assert refusal["ok"] is False and refusal["status"] == 409
         assert refusal["error"]["leader_hint"] == first.node_id
 
-        for port in cluster.cluster_ports.values():
-            for method, path in (
-                ("GET", "/raft/v1/status"),
-                ("POST", "/raft/v1/append"),
-                ("POST", "/raft/v1/vote"),
-            ):
-                url = f"http://127.0.0.1:{port}{path}"
-                assert client.request(method, url, body=b"{}").status == 401, url
-                wrong = ENV["RUNNER_ADMISSION_TOKEN"]  # a real credential of another role
-                assert client.request(method, url, body=b"{}", bearer=wrong).status == 401
-            good = client.get(
-                f"http://127.0.0.1:{port}/raft/v1/status", bearer=ENV["RUNNER_CLUSTER_TOKEN"]
-            )
-            assert good.status == 200
+        if backend.etcd is None:
+            _assert_raft_routes_need_the_cluster_bearer(cluster, client)
+        else:
+            # The runners talk only to etcd: nothing listens on the (unused) cluster ports, and
+            # the committed commands are etcd keys under the shared prefix.
+            assert not any(_listening(p) for p in cluster.cluster_ports.values())
+            assert cluster.replication is not None
+            applied = first.command({"action": "status"})["applied_index"]
+            assert applied >= 4, applied  # the acquisition and the three creates
+            assert backend.etcd_log_entries(cluster.replication) >= applied
 
         first.kill()
         second = cluster.owner(exclude=(first.node_id,))

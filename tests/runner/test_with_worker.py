@@ -6,6 +6,10 @@ The rules proven here (SPEC §1, §6; issue 5 "Must show"):
 - cancelling a long-running script ends ``Cancelled`` only after the engine confirmed the stop;
 - killing the worker mid-run makes the attempt ``Unknown`` (never retried), and
   ``acknowledge_stopped`` then makes it ``Abandoned``.
+
+Each test runs on both replication backends with the same code (issue 11): the built-in Raft,
+and etcd, where the three voters are runner instances sharing one etcd prefix (tests/runner/
+conftest.py).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.runner.cluster import DEMO, Cluster, Voter, wait_for
+from tests.runner.conftest import Backend
 
 SLOT_S = 60
 LONG_RUNNING = {
@@ -48,10 +53,28 @@ def _claims(cluster: Cluster) -> Counter[tuple[int, int]]:
     return claims
 
 
-def test_every_slot_runs_at_most_once_and_none_is_lost_across_an_owner_kill(
-    tmp_path: Path,
+def _assert_the_log_went_through(
+    backend: Backend, cluster: Cluster, status: dict[str, Any]
 ) -> None:
-    cluster = Cluster(tmp_path, 3, time_scale=30.0, schedules=[DEMO], worker=True)
+    """On etcd the committed commands are etcd keys under the cluster's prefix (so the test did
+    not silently run on the built-in Raft)."""
+    assert status["applied_index"] > 0, status
+    if backend.etcd is not None:
+        assert cluster.replication is not None
+        assert backend.etcd_log_entries(cluster.replication) >= status["applied_index"]
+
+
+def test_every_slot_runs_at_most_once_and_none_is_lost_across_an_owner_kill(
+    tmp_path: Path, backend: Backend
+) -> None:
+    cluster = Cluster(
+        tmp_path,
+        3,
+        time_scale=30.0,
+        schedules=[DEMO],
+        worker=True,
+        replication=backend.replication(),
+    )
     try:
         cluster.start()
         first = cluster.owner()
@@ -77,6 +100,7 @@ def test_every_slot_runs_at_most_once_and_none_is_lost_across_an_owner_kill(
             "epoch": status["ownership"]["epoch"],
         }
         assert status["ownership"]["epoch"] >= 2
+        _assert_the_log_went_through(backend, cluster, status)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.dump_logs()}") from None
     finally:
@@ -105,10 +129,16 @@ def _accepted(voter: Voter, occurrence_id: int) -> bool:
 
 
 def test_cancel_confirms_stop_and_a_killed_worker_leaves_unknown_until_acknowledged(
-    tmp_path: Path,
+    tmp_path: Path, backend: Backend
 ) -> None:
     cluster = Cluster(
-        tmp_path, 3, time_scale=30.0, schedules=[LONG_RUNNING], timeout_seconds=600, worker=True
+        tmp_path,
+        3,
+        time_scale=30.0,
+        schedules=[LONG_RUNNING],
+        timeout_seconds=600,
+        worker=True,
+        replication=backend.replication(),
     )
     try:
         cluster.start()
@@ -153,6 +183,7 @@ def test_cancel_confirms_stop_and_a_killed_worker_leaves_unknown_until_acknowled
             }
         )
         assert done["state"] == "Abandoned", done
+        _assert_the_log_went_through(backend, cluster, owner.command({"action": "status"}))
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.dump_logs()}") from None
     finally:
