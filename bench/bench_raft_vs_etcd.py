@@ -1,0 +1,670 @@
+"""The built-in Raft against a 3-member etcd cluster, in ONE run, on loopback (issue 4).
+
+Both sides run as three separate processes with fsync on and their default timers:
+
+- Raft: three voter processes (this file re-executed with ``--voter``), each a ``RaftMember``
+  persisting to its ``RunnerStore`` (SQLite WAL, synchronous=FULL), heartbeat 100 ms, election
+  1-2 s. Each voter also serves a tiny client endpoint (``POST /propose``: propose the body and
+  answer once it is committed and applied; 421 when not leader) on its own port.
+- etcd: ``etcd`` three times with its defaults (heartbeat 100 ms, election 1 s, fsync on); the
+  client uses its HTTP/JSON gateway (``POST /v3/kv/put``).
+
+Both clients are the same pooled keep-alive ``HttpClient`` in this process, talking to the
+leader. Measured per side: sequential commit latency (p50, p99), throughput with 8 concurrent
+proposers (one connection each), failover (SIGKILL of the leader process → the first put that
+succeeds on a survivor; a new attempt every 20 ms; the killed member rejoins before the next
+failover), and the CPU the three member processes burn per commit. The sides run interleaved in
+rounds (order alternates) because the machine is shared; the load average is recorded around
+each side. The physical floor is measured from its parts right before each side: one durable
+SQLite append (what a voter pays per fsync), a raw 128-byte append + fdatasync (what a WAL like
+etcd's pays), and one loopback HTTP round trip through the same server and client the Raft
+transport uses. Results and their reading: docs/bench-raft.md.
+
+    .venv/bin/python bench/bench_raft_vs_etcd.py [--rounds 3] [--failovers 4]
+        [--sequential 300] [--parallel 2000] [--floor-samples 300]
+
+The etcd side is skipped with a message when no ``etcd`` binary is found; nothing is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ENV = {"ADMISSION_TOKEN": "a" * 24, "CLUSTER_TOKEN": "c" * 24, "WORKER_TOKEN": "w" * 24}
+IDS = ["n1", "n2", "n3"]
+START_TIMEOUT_S = 30.0
+FAILOVER_TIMEOUT_S = 30.0
+ATTEMPT_EVERY_S = 0.02
+ATTEMPT_TIMEOUT_MS = 5_000
+ATTEMPTS_MAX = 128
+ETCD = shutil.which("etcd") or "/usr/bin/etcd"
+
+
+def free_ports(count: int) -> list[int]:
+    socks = [socket.socket() for _ in range(count)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def percentile(samples: list[float], p: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+# -- the voter process -------------------------------------------------------------------------
+
+
+def voter_main(config_path: str, client_port: int) -> int:
+    """One Raft voter plus its bench client endpoint; runs until SIGTERM."""
+    import falcon
+
+    from appliance.config.contract import contract_digest, sealed_contract
+    from appliance.config.credentials import resolve_runner_credentials
+    from appliance.config.runner import load_runner_config
+    from appliance.http import HttpServer
+    from appliance.raft import NotLeader
+    from appliance.replication.raft_member import RaftMember
+    from appliance.store.runner_store import RunnerStore
+
+    cfg = load_runner_config(config_path)
+    digest = contract_digest(cfg)
+    store = RunnerStore.create_or_open(
+        cfg.data_dir, contract=sealed_contract(cfg), contract_digest=digest
+    )
+    stop = threading.Event()
+    member = RaftMember(
+        cfg,
+        resolve_runner_credentials(cfg, os.environ),
+        store,
+        lambda index, command: index,
+        contract_digest=digest,
+        on_fatal=lambda exc: stop.set(),
+    )
+    replication = member.replication
+
+    class Propose:
+        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+            body = req.bounded_stream.read(req.content_length or 0)
+            started = time.perf_counter()
+            try:
+                index = replication.propose(body, timeout_s=5)
+            except NotLeader:
+                resp.status = falcon.HTTP_421
+                resp.data = b""
+                return
+            except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
+                resp.status = falcon.HTTP_503
+                resp.data = repr(exc).encode()
+                return
+            # the commit as the leader itself sees it: without the bench client's HTTP hop
+            inner_ms = (time.perf_counter() - started) * 1000
+            resp.data = f"{index} {inner_ms:.4f}".encode()
+
+    class Status:
+        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+            resp.media = replication.status()
+
+    app = falcon.App()
+    app.add_route("/propose", Propose())
+    app.add_route("/status", Status())
+    client = HttpServer(
+        app,
+        host="127.0.0.1",
+        port=client_port,
+        name="bench client",
+        body_bytes_max=65536,
+        threads=16,
+    )
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    member.start()
+    client.start()
+    stop.wait()
+    client.stop()
+    member.stop()
+    store.close()
+    return 0
+
+
+# -- the two clusters, behind one shape --------------------------------------------------------
+
+
+class Cluster:
+    """Three member processes on loopback; ``put(member, value)`` commits through it."""
+
+    label = ""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.client_port: dict[str, int] = {}
+        self.members: list[str] = []
+        self.launch: dict[str, tuple[list[str], dict[str, str] | None]] = {}
+        self.inner_ms: list[float] = []  # commit latency measured inside the leader, if known
+
+    def url(self, name: str, path: str) -> str:
+        return f"http://127.0.0.1:{self.client_port[name]}{path}"
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        self.launch[name] = (argv, env)
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=log, env=env)
+        log.close()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def put(self, client: Any, name: str, value: bytes, timeout_ms: int = 5_000) -> bool:
+        raise NotImplementedError
+
+    def leader(self, client: Any) -> str | None:
+        raise NotImplementedError
+
+    def follows(self, client: Any, name: str) -> bool:
+        """``name`` answers and follows a leader other than itself."""
+        raise NotImplementedError
+
+    def restart(self, client: Any, name: str) -> None:
+        """Start a killed member again on its data dir; return once it follows a leader."""
+        self._spawn(name, *self.launch[name])
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.follows(client, name):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.label}: {name} did not rejoin; see {self.root}")
+            time.sleep(0.05)
+
+    def wait_leader(self, client: Any) -> str:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            name = self.leader(client)
+            if name is not None and self.put(client, name, b"warm-up"):
+                return name
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.label}: no leader; see logs in {self.root}")
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGKILL)
+        for proc in self.procs.values():
+            proc.wait(10)
+        self.procs.clear()
+
+
+class RaftCluster(Cluster):
+    label = "built-in Raft"
+
+    def start(self) -> None:
+        from tests.replication.test_raft_member import runner_doc
+
+        cluster_ports = dict(zip(IDS, free_ports(3), strict=True))
+        self.client_port = dict(zip(IDS, free_ports(3), strict=True))
+        self.members = list(IDS)
+        for node_id in IDS:
+            doc = runner_doc(node_id, cluster_ports, self.root)
+            del doc["raft"]  # the product defaults: heartbeat 100 ms, election 1-2 s
+            config = self.root / f"{node_id}.json"
+            config.write_text(json.dumps(doc))
+            argv = [sys.executable, __file__, "--voter", str(config)]
+            argv += ["--client-port", str(self.client_port[node_id])]
+            self._spawn(node_id, argv, {**os.environ, **ENV, "PYTHONPATH": str(REPO)})
+
+    def put(self, client: Any, name: str, value: bytes, timeout_ms: int = 5_000) -> bool:
+        from appliance.http import ClientError
+
+        try:
+            response = client.request(
+                "POST", self.url(name, "/propose"), body=value, read_timeout_ms=timeout_ms
+            )
+        except ClientError:
+            return False
+        if response.status != 200:
+            return False
+        self.inner_ms.append(float(response.body.split()[1]))
+        return True
+
+    def leader(self, client: Any) -> str | None:
+        from appliance.http import ClientError
+
+        for name in self.procs:
+            try:
+                response = client.get(self.url(name, "/status"))
+            except ClientError:
+                continue
+            if response.status == 200 and response.json().get("role") == "leader":
+                return name
+        return None
+
+    def follows(self, client: Any, name: str) -> bool:
+        from appliance.http import ClientError
+
+        try:
+            response = client.get(self.url(name, "/status"))
+        except ClientError:
+            return False
+        if response.status != 200:
+            return False
+        status = response.json()
+        return bool(status.get("role") == "follower" and status.get("leader_id"))
+
+
+class EtcdCluster(Cluster):
+    label = "etcd"
+
+    def start(self) -> None:
+        names = ["m1", "m2", "m3"]
+        self.members = names
+        self.client_port = dict(zip(names, free_ports(3), strict=True))
+        peer_port = dict(zip(names, free_ports(3), strict=True))
+        peers = ",".join(f"{n}=http://127.0.0.1:{peer_port[n]}" for n in names)
+        token = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+        for name in names:
+            client_url = f"http://127.0.0.1:{self.client_port[name]}"
+            peer_url = f"http://127.0.0.1:{peer_port[name]}"
+            argv = [
+                ETCD,
+                f"--name={name}",
+                f"--data-dir={self.root / name}",
+                f"--listen-client-urls={client_url}",
+                f"--advertise-client-urls={client_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster={peers}",
+                f"--initial-cluster-token={token}",
+                "--initial-cluster-state=new",
+                "--logger=zap",
+                "--log-level=warn",
+            ]  # everything else at etcd's defaults: heartbeat 100 ms, election 1000 ms
+            self._spawn(name, argv)
+
+    def put(self, client: Any, name: str, value: bytes, timeout_ms: int = 5_000) -> bool:
+        from appliance.http import ClientError
+
+        body = json.dumps(
+            {"key": base64.b64encode(b"bench").decode(), "value": base64.b64encode(value).decode()}
+        ).encode()
+        try:
+            response = client.request(
+                "POST",
+                self.url(name, "/v3/kv/put"),
+                body=body,
+                headers={"Content-Type": "application/json"},
+                read_timeout_ms=timeout_ms,
+            )
+        except ClientError:
+            return False
+        return bool(response.status == 200 and b'"error"' not in response.body)
+
+    def leader(self, client: Any) -> str | None:
+        from appliance.http import ClientError
+
+        for name in self.procs:
+            try:
+                response = client.post(self.url(name, "/v3/maintenance/status"), b"{}")
+            except ClientError:
+                continue
+            if response.status != 200:
+                continue
+            status = response.json()
+            if status.get("leader") and status.get("leader") == status["header"]["member_id"]:
+                return name
+        return None
+
+    def follows(self, client: Any, name: str) -> bool:
+        from appliance.http import ClientError
+
+        try:
+            response = client.post(self.url(name, "/v3/maintenance/status"), b"{}")
+        except ClientError:
+            return False
+        if response.status != 200:
+            return False
+        status = response.json()
+        return bool(status.get("leader") and status["leader"] != status["header"]["member_id"])
+
+
+# -- the three measurements --------------------------------------------------------------------
+
+
+def new_client() -> Any:
+    from appliance.http import HttpClient
+
+    return HttpClient(connect_timeout_ms=500, read_timeout_ms=5_000)
+
+
+def measure_side(
+    cluster: Cluster, sequential: int, parallel: int, failovers: int
+) -> dict[str, Any]:
+    load_before = loadavg()
+    cluster.start()
+    client = new_client()
+    try:
+        leader = cluster.wait_leader(client)
+        for n in range(20):  # warm the connection and both sides' caches
+            cluster.put(client, leader, b"warm-%d" % n)
+        procs = list(cluster.procs.values())
+        cpu_before = cpu_s(procs)
+        cluster.inner_ms.clear()
+        latencies = []
+        for n in range(sequential):
+            started = time.perf_counter()
+            if not cluster.put(client, leader, b"seq-%d" % n):
+                raise RuntimeError(f"{cluster.label}: sequential put {n} failed")
+            latencies.append((time.perf_counter() - started) * 1000)
+
+        seq_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / sequential
+        inner_p50_ms = statistics.median(cluster.inner_ms) if cluster.inner_ms else None
+        per_worker = parallel // 8
+        failures = [0]
+
+        def worker(w: int) -> None:
+            own = new_client()
+            for n in range(per_worker):
+                if not cluster.put(own, leader, b"par-%d-%d" % (w, n)):
+                    failures[0] += 1
+            own.close()
+
+        cpu_before = cpu_s(procs)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(worker, range(8)))
+        committed = per_worker * 8 - failures[0]
+        throughput = committed / (time.perf_counter() - started)
+        par_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / max(1, committed)
+
+        failover_ms = []
+        for n in range(failovers):
+            if n:  # the member killed last time rejoins first: always three members up
+                cluster.restart(client, leader)
+                leader = cluster.wait_leader(client)
+            failover_ms.append(failover(cluster, leader))
+    finally:
+        client.close()
+        cluster.stop()
+    return {
+        "p50_ms": statistics.median(latencies),
+        "p99_ms": percentile(latencies, 99),
+        "throughput_per_s": throughput,
+        "failed_puts": failures[0],
+        "seq_cpu_ms": seq_cpu_ms,
+        "inner_p50_ms": inner_p50_ms,
+        "par_cpu_ms": par_cpu_ms,
+        "failover_ms": statistics.median(failover_ms),
+        "failover_each_ms": failover_ms,
+        "load": (load_before, loadavg()),
+    }
+
+
+def failover(cluster: Cluster, leader: str) -> float:
+    """SIGKILL the leader process; ms until the first put on a survivor succeeds.
+
+    A new attempt starts every ``ATTEMPT_EVERY_S`` (alternating survivors) without waiting for
+    the earlier ones, so an attempt parked inside a member (etcd holds a put while it has no
+    leader) never hides a commit that a fresh attempt would see: the figure is the first
+    commit, to within one attempt interval, whatever each side does with a put it cannot serve.
+    """
+    survivors = [m for m in cluster.procs if m != leader]
+    done = threading.Event()
+    finished: list[float] = []
+    lock = threading.Lock()
+
+    def attempt(name: str, n: int) -> None:
+        if done.is_set():
+            return
+        own = new_client()
+        try:
+            if cluster.put(own, name, b"after-failover-%d" % n, ATTEMPT_TIMEOUT_MS):
+                with lock:
+                    finished.append(time.monotonic())
+                done.set()
+        finally:
+            own.close()
+
+    pool = ThreadPoolExecutor(ATTEMPTS_MAX)
+    killed_at = time.monotonic()
+    cluster.kill(leader)
+    n = 0
+    while not done.is_set() and time.monotonic() < killed_at + FAILOVER_TIMEOUT_S:
+        pool.submit(attempt, survivors[n % len(survivors)], n)
+        n += 1
+        done.wait(ATTEMPT_EVERY_S)
+    pool.shutdown(wait=False, cancel_futures=True)  # parked attempts end with the cluster
+    with lock:
+        if not finished:
+            raise RuntimeError(f"{cluster.label}: nothing committed after the leader was killed")
+        return (min(finished) - killed_at) * 1000
+
+
+def cpu_s(procs: list[subprocess.Popen[bytes]]) -> float:
+    """User + system CPU seconds used so far by these processes (Linux /proc)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for proc in procs:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
+    return total / ticks
+
+
+# -- the physical floor ------------------------------------------------------------------------
+
+
+def measure_floor(root: Path, samples: int) -> dict[str, float]:
+    import falcon
+
+    from appliance.config.contract import contract_digest, sealed_contract
+    from appliance.config.runner import parse_runner_config
+    from appliance.http import HttpServer
+    from appliance.store.runner_store import RunnerStore
+    from tests.replication.test_raft_member import runner_doc
+
+    cfg = parse_runner_config(runner_doc("f1", {"f1": 1, "f2": 2, "f3": 3}, root / "floor"))
+    digest = contract_digest(cfg)
+    store = RunnerStore.create_or_open(
+        cfg.data_dir, contract=sealed_contract(cfg), contract_digest=digest
+    )
+    sqlite_ms = []
+    for n in range(1, samples + 1):
+        started = time.perf_counter()
+        store.persist(term=1, voted_for="f1", entries=[(n, 1, b"\x01" + b"x" * 100)])
+        sqlite_ms.append((time.perf_counter() - started) * 1000)
+    store.close()
+
+    raw_ms = []
+    fd = os.open(root / "floor.wal", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for _ in range(samples):
+            started = time.perf_counter()
+            os.write(fd, b"x" * 128)
+            os.fdatasync(fd)
+            raw_ms.append((time.perf_counter() - started) * 1000)
+    finally:
+        os.close(fd)
+
+    class Accept:
+        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+            req.bounded_stream.read(req.content_length or 0)
+            resp.status = falcon.HTTP_202
+            resp.data = b""
+
+    app = falcon.App()
+    app.add_route("/raft/v1/append", Accept())
+    port = free_ports(1)[0]
+    server = HttpServer(app, host="127.0.0.1", port=port, name="floor", body_bytes_max=65536)
+    server.start()
+    client = new_client()
+    url = f"http://127.0.0.1:{port}/raft/v1/append"
+    http_ms = []
+    try:
+        for n in range(samples + 20):
+            started = time.perf_counter()
+            client.post(url, b"y" * 200)
+            if n >= 20:
+                http_ms.append((time.perf_counter() - started) * 1000)
+    finally:
+        client.close()
+        server.stop()
+    sqlite = statistics.median(sqlite_ms)
+    raw = statistics.median(raw_ms)
+    http = statistics.median(http_ms)
+    return {
+        "sqlite_append_ms": sqlite,
+        "raw_fdatasync_ms": raw,
+        "http_rtt_ms": http,
+        "floor_sqlite_ms": 2 * sqlite + http,
+        "floor_raw_ms": 2 * raw + http,
+    }
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def fmt_side(name: str, r: dict[str, Any]) -> str:
+    inner = "-" if r["inner_p50_ms"] is None else f"{r['inner_p50_ms']:.2f}"
+    return (
+        f"| {name} | {r['p50_ms']:.2f} | {inner} | {r['p99_ms']:.2f} | "
+        f"{r['throughput_per_s']:.0f} | "
+        f"{r['failover_ms']:.0f} ({', '.join(f'{x:.0f}' for x in r['failover_each_ms'])}) | "
+        f"{r['seq_cpu_ms']:.2f} / {r['par_cpu_ms']:.2f} | "
+        f"{r['load'][0]:.1f} → {r['load'][1]:.1f} |"
+    )
+
+
+def fmt_floor(f: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.3f}" for k, v in f.items())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--voter", help=argparse.SUPPRESS)
+    parser.add_argument("--client-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sequential", type=int, default=300)
+    parser.add_argument("--parallel", type=int, default=2000)
+    parser.add_argument("--failovers", type=int, default=3, help="per side per round")
+    parser.add_argument("--floor-samples", type=int, default=300)
+    args = parser.parse_args()
+    if args.voter:
+        sys.exit(voter_main(args.voter, args.client_port))
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+    have_etcd = os.path.exists(ETCD)
+    if not have_etcd:
+        print(f"etcd not found ({ETCD}): the etcd side is skipped (apt-get install etcd-server)")
+    results: dict[str, list[dict[str, Any]]] = {"raft": [], "etcd": []}
+    floors = []
+    print(f"rounds={args.rounds} sequential={args.sequential} parallel={args.parallel}")
+    for round_ in range(args.rounds):
+        order = ["raft", "etcd"] if round_ % 2 == 0 else ["etcd", "raft"]
+        for side in order:
+            if side == "etcd" and not have_etcd:
+                continue
+            with tempfile.TemporaryDirectory() as tmp:
+                # the floor right before each side: the disk is shared, its speed drifts
+                floors.append(measure_floor(Path(tmp), args.floor_samples))
+                print(f"round {round_ + 1} floor {fmt_floor(floors[-1])}", flush=True)
+                kind = RaftCluster if side == "raft" else EtcdCluster
+                r = measure_side(kind(Path(tmp)), args.sequential, args.parallel, args.failovers)
+            results[side].append(r)
+            print(f"round {round_ + 1} {fmt_side(side, r)}", flush=True)
+    report(results, floors)
+
+
+def med(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def pooled_failover(rows: list[dict[str, Any]]) -> float:
+    return statistics.median(x for r in rows for x in r["failover_each_ms"])
+
+
+def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, float]]) -> None:
+    floor = {k: statistics.median(f[k] for f in floors) for k in floors[0]}
+    print()
+    print(
+        "| side | seq p50 ms | seq p50 inside the leader ms | seq p99 ms | 8 proposers /s "
+        "| failover ms, median (each) "
+        "| CPU ms per commit, 3 members (seq / 8 proposers) | load 1-min |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for side in ("raft", "etcd"):
+        for i, r in enumerate(results[side]):
+            print(fmt_side(f"{side} round {i + 1}", r))
+    print()
+    print(
+        f"floor parts (medians): SQLite durable append {floor['sqlite_append_ms']:.3f} ms, "
+        f"raw append+fdatasync {floor['raw_fdatasync_ms']:.3f} ms, loopback HTTP round trip "
+        f"{floor['http_rtt_ms']:.3f} ms → floor (SQLite) {floor['floor_sqlite_ms']:.2f} ms, "
+        f"floor (raw WAL) {floor['floor_raw_ms']:.2f} ms"
+    )
+    lowest = {k: min(f[k] for f in floors) for k in floors[0]}
+    print(f"lowest of the {len(floors)} floor measurements: {fmt_floor(lowest)}")
+    raft = results["raft"]
+    rows: list[tuple[str, Callable[[list[dict[str, Any]]], float], bool]] = [
+        ("sequential p50 ms", lambda rs: med(rs, "p50_ms"), False),
+        ("sequential p99 ms", lambda rs: med(rs, "p99_ms"), False),
+        ("throughput, 8 proposers /s", lambda rs: med(rs, "throughput_per_s"), True),
+        ("failover ms (all samples)", pooled_failover, False),
+    ]
+    print()
+    print("| median of rounds | raft | etcd | raft / etcd | target | met |")
+    print("|---|---|---|---|---|---|")
+    for name, get, higher_better in rows:
+        ours = get(raft)
+        if not results["etcd"]:
+            print(f"| {name} | {ours:.2f} | - | - | - | etcd skipped |")
+            continue
+        theirs = get(results["etcd"])
+        ratio = ours / theirs
+        target = "≥ 1.0" if higher_better else "≤ 1.0"
+        met = ratio >= 1.0 if higher_better else ratio <= 1.0
+        if name == "sequential p99 ms":
+            target, verdict = "-", "-"
+        else:
+            verdict = "met" if met else "NOT met"
+        print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ratio:.2f} | {target} | {verdict} |")
+    p50 = med(raft, "p50_ms")
+    line = (
+        f"raft p50 / floor (SQLite) = {p50 / floor['floor_sqlite_ms']:.2f}, "
+        f"/ floor (raw WAL) = {p50 / floor['floor_raw_ms']:.2f}"
+    )
+    if results["etcd"]:
+        e50 = med(results["etcd"], "p50_ms")
+        line += (
+            f"; etcd p50 / floor (raw WAL) = {e50 / floor['floor_raw_ms']:.2f}, "
+            f"/ floor (SQLite) = {e50 / floor['floor_sqlite_ms']:.2f}"
+        )
+    print(line)
+
+
+if __name__ == "__main__":
+    main()
