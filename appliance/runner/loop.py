@@ -21,9 +21,10 @@ and the owner state is re-derived from the committed state on the next pulse.
 
 Conservatism (SPEC §1): an attempt is dispatched once; a lost acknowledgement, an ambiguous send
 or an unreachable worker marks it Unknown and it is never retried automatically; observation
-stops at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after dispatch and then records Unknown; a
-later confirmed outcome still resolves it. Cancellation commits Cancelling before the worker is
-contacted; only a confirmed stop makes it Cancelled, and a completion that won keeps its result.
+records Unknown at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after dispatch, then keeps asking
+every ``UNKNOWN_POLL_S``, so a later confirmed outcome still resolves it. Cancellation commits
+Cancelling before the worker is contacted; only a confirmed stop makes it Cancelled, and a
+completion that won keeps its result.
 """
 
 from __future__ import annotations
@@ -67,6 +68,10 @@ PROPOSERS_MAX: Final = 16
 OBSERVE_GRACE_S: Final = 30  # wall (possibly scaled) seconds past timeout_seconds
 OBSERVE_FIRST_POLL_S: Final = 0.05  # real seconds
 OBSERVE_POLL_MAX_S: Final = 2.0
+# After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
+# that arrives later (a healed link, a worker back up) resolves it (SPEC §3). Bounded: Unknown
+# attempts hold running reservations, so there are at most limits.running of them.
+UNKNOWN_POLL_S: Final = 10.0  # real seconds
 CANCEL_RETRY_S: Final = 0.5
 CANCEL_ATTEMPTS_MAX: Final = 40
 REPLY_TIMEOUT_S: Final = 15.0  # how long a caller waits for the loop's answer
@@ -683,7 +688,6 @@ class Runner:
             self._dirty = True
             return
         if self.clock.now_s() >= work.deadline_s:
-            work.observing = False
             if record.state is S.RUNNING:
                 reason = "no outcome within timeout_seconds + grace"
                 self._commit_quietly(
@@ -692,7 +696,9 @@ class Runner:
                     reason=reason,
                     **ids,
                 )
-            self._work.pop(work.occurrence_id, None)
+            # Unknown is never retried, but it is still observed: the real result wins.
+            work.poll_s = UNKNOWN_POLL_S
+            self._later(work.poll_s, lambda: self._poll(work))
             return
         work.poll_s = min(work.poll_s * 2, OBSERVE_POLL_MAX_S)
         self._later(work.poll_s, lambda: self._poll(work))
