@@ -22,6 +22,7 @@ Every report transition (running, terminal) goes to the listeners, then wakes ``
 
 from __future__ import annotations
 
+import abc
 import collections
 import dataclasses
 import logging
@@ -72,7 +73,7 @@ class Execution:
     backend: Any = None  # the backend's handle on the running work (e.g. its child process)
 
 
-class PoolEngine:
+class PoolEngine(abc.ABC):
     """Reservations, queue, reports and listeners. Subclasses supply the execution backend."""
 
     def __init__(
@@ -106,13 +107,13 @@ class PoolEngine:
 
     # ----- backend hooks --------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _execute(self, execution: Execution) -> ExecutionReport:
         """Run the execution to its end (in the supervisor thread); its terminal report."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _stop(self, execution: Execution) -> None:
         """Ask the backend to stop a started execution (cancel_reason is already set)."""
-        raise NotImplementedError
 
     def _shutdown_backend(self, deadline_monotonic: float) -> bool:
         """Release the backend's idle resources; True when nothing of it is left."""

@@ -13,6 +13,7 @@ Contract (checked by one test suite against every provider):
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,7 +62,7 @@ class SchedulerStateProvider(Protocol):
     def close(self) -> None: ...
 
 
-class TransitionProvider:
+class TransitionProvider(abc.ABC):
     """Implements the contract over three storage primitives run inside ``_transaction``."""
 
     def __init__(self) -> None:
@@ -73,23 +74,28 @@ class TransitionProvider:
         with self._lock:
             yield
 
+    @abc.abstractmethod
     def _read(self, task_key: str) -> DurableTaskRecord | None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _write(self, record: DurableTaskRecord) -> None:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _count(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _bump_epoch(self) -> int:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def records(self) -> list[DurableTaskRecord]:
-        raise NotImplementedError
+        ...
 
-    def close(self) -> None:
-        pass
+    def close(self) -> None:  # optional hook: providers without resources keep this one
+        return None
 
     # contract -----------------------------------------------------------------------------------
     def acquire_epoch(self) -> int:
