@@ -119,8 +119,10 @@ class Runner:
         worker: WorkerClient,
         clock: Clock,
         log: DecisionLog,
+        unknown_poll_s: float = UNKNOWN_POLL_S,
     ) -> None:
         self.cfg = cfg
+        self.unknown_poll_s = unknown_poll_s
         self.node_id = cfg.node_id
         self.machine = machine
         self.replication = replication
@@ -697,7 +699,7 @@ class Runner:
                     **ids,
                 )
             # Unknown is never retried, but it is still observed: the real result wins.
-            work.poll_s = UNKNOWN_POLL_S
+            work.poll_s = self.unknown_poll_s
             self._later(work.poll_s, lambda: self._poll(work))
             return
         work.poll_s = min(work.poll_s * 2, OBSERVE_POLL_MAX_S)

@@ -127,7 +127,10 @@ class Voter:
         cfg: Any = None,
         now_s: float = T0 + 1,
         wrap: Callable[[Any], Any] | None = None,
+        unknown_poll_s: float = 0.2,
     ) -> None:
+        # Unknown attempts are re-observed after unknown_poll_s real seconds (10 s in production).
+        self._unknown_poll_s = unknown_poll_s
         self.cfg = cfg or config()
         self.clock = ManualClock(now_s)
         self.worker = ScriptedWorker()
@@ -152,6 +155,7 @@ class Voter:
             worker=self.worker,  # type: ignore[arg-type]
             clock=self.clock,
             log=DecisionLog("v1", self.log_stream),
+            unknown_poll_s=self._unknown_poll_s,
         )
         self.worker.runner = self.runner
 
