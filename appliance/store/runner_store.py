@@ -8,9 +8,17 @@ canonical-JSON blob with its own checksum, so that persisting one applied transi
 the parts it touched: the cost of ``save_transition`` follows the size of the change, not the
 size of the state (the 4 MiB cap itself is enforced by the state aggregate at apply time).
 
-Every read verifies the checksum of what it returns; a failure raises ``StoreCorrupt`` and the
-process should stop instead of acting on damaged data. One connection, one lock: every public
-method holds ``self._lock``.
+Every read from disk verifies the checksum of what it returns; a failure raises ``StoreCorrupt``
+and the process should stop instead of acting on damaged data. One connection, one lock: every
+public method holds ``self._lock``.
+
+The log's recent tail (terms and payloads of the last ``log_tail_entries_max`` entries, at most
+``log_tail_bytes_max`` bytes of payload) is also kept in memory, because a leader reads it back
+for every append it sends (the previous entry's term, the entries themselves): reading those rows
+from SQLite and re-checking their checksums cost a sixth of a busy leader's Raft thread
+(docs/bench-raft.md). The tail is loaded (and verified) at open and changed only by ``persist``,
+after its transaction committed and in the same locked call, so it always equals the last entries
+on disk; it always ends at ``last_index`` and may be empty. Reads below it go to SQLite as before.
 
 A store made by ``create_recovering`` (``appliance admin store recover``, for a voter whose store
 was lost) carries the metadata row ``recovering_since`` (the UTC time of the recovery). While it
@@ -42,6 +50,8 @@ from appliance.store.versions import (
 )
 
 PART_NAME_BYTES_MAX = 256
+LOG_TAIL_ENTRIES_MAX = 4096  # recent log entries kept in memory (term and payload)
+LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ... and at most this many payload bytes of them
 META_RECOVERING_SINCE = "recovering_since"  # present only while a recovered voter catches up
 
 
@@ -59,24 +69,49 @@ def _seed(conn: apsw.Connection) -> None:
 class RunnerStore:
     """One voter's durable state in ``data_dir/runner.sqlite3`` (see module docstring)."""
 
-    def __init__(self, conn: apsw.Connection, lock: DataDirLock, path: Path, created: bool):
+    def __init__(
+        self,
+        conn: apsw.Connection,
+        lock: DataDirLock,
+        path: Path,
+        created: bool,
+        *,
+        log_tail_entries_max: int = LOG_TAIL_ENTRIES_MAX,
+        log_tail_bytes_max: int = LOG_TAIL_BYTES_MAX,
+    ):
+        if log_tail_entries_max < 0 or log_tail_bytes_max < 0:
+            raise ValueError("log tail bounds must be >= 0")
         self._conn: apsw.Connection | None = conn
         self._dir_lock = lock
         self._lock = threading.Lock()
         self.path = path
         self.created = created  # True when this open created and sealed the store
+        self._tail_entries_max = log_tail_entries_max
+        self._tail_bytes_max = log_tail_bytes_max
         self._term, self._voted_for = self._read_hard_state()
         self._first, self._last = self._read_log_range()
+        # The in-memory tail: entries last-len+1 .. last (see module docstring).
+        self._tail_terms: list[int] = []
+        self._tail_payloads: list[bytes] = []
+        self._tail_bytes = 0
+        self._load_tail()
         self._recovering_since = self._read_recovering_since()
 
     @classmethod
     def create_or_open(
-        cls, data_dir: str | Path, *, contract: dict, contract_digest: str
+        cls,
+        data_dir: str | Path,
+        *,
+        contract: dict,
+        contract_digest: str,
+        log_tail_entries_max: int = LOG_TAIL_ENTRIES_MAX,
+        log_tail_bytes_max: int = LOG_TAIL_BYTES_MAX,
     ) -> RunnerStore:
         """Create and seal on first start; otherwise open only what migrations_guard accepts.
 
         Raises ``StoreRefused`` (files unchanged) for a locked, damaged or incompatible store, and
-        ``ValueError`` when ``contract_digest`` is not the digest of ``contract``.
+        ``ValueError`` when ``contract_digest`` is not the digest of ``contract``. The log tail
+        bounds size the in-memory tail (0 keeps none: every read goes to disk).
         """
         conn, lock, created = open_guarded(
             data_dir,
@@ -87,7 +122,14 @@ class RunnerStore:
             seed=_seed,
         )
         try:
-            return cls(conn, lock, Path(data_dir) / RUNNER_FILE_NAME, created)
+            return cls(
+                conn,
+                lock,
+                Path(data_dir) / RUNNER_FILE_NAME,
+                created,
+                log_tail_entries_max=log_tail_entries_max,
+                log_tail_bytes_max=log_tail_bytes_max,
+            )
         except BaseException:
             conn.close()
             lock.release()
@@ -189,6 +231,14 @@ class RunnerStore:
             return self._term_at_unlocked(index)
 
     def _term_at_unlocked(self, index: int) -> int | None:
+        tail_first = self._last - len(self._tail_terms) + 1
+        if tail_first <= index <= self._last:
+            return self._tail_terms[index - tail_first]
+        if index > self._last:
+            return None
+        return self._term_at_on_disk(index)
+
+    def _term_at_on_disk(self, index: int) -> int | None:
         rows = self._db.execute(
             "SELECT term, payload, checksum FROM log WHERE idx = ?", (index,)
         ).fetchall()
@@ -215,6 +265,16 @@ class RunnerStore:
         result: list[tuple[int, int, bytes]] = []
         total_bytes = 0
         with self._lock:
+            tail_first = self._last - len(self._tail_terms) + 1
+            if lo >= tail_first:
+                terms, payloads = self._tail_terms, self._tail_payloads
+                for index in range(lo, min(hi, self._last + 1)):
+                    payload = payloads[index - tail_first]
+                    if max_bytes is not None and result and total_bytes + len(payload) > max_bytes:
+                        break
+                    result.append((index, terms[index - tail_first], payload))
+                    total_bytes += len(payload)
+                return result
             cursor = self._db.execute(
                 "SELECT idx, term, payload, checksum FROM log WHERE idx >= ? AND idx < ? "
                 "ORDER BY idx",
@@ -287,10 +347,71 @@ class RunnerStore:
                         "INSERT INTO log (idx, term, payload, checksum) VALUES (?, ?, ?, ?)", rows
                     )
             self._term, self._voted_for = term, voted_for
+            # Committed: now (and only now) the in-memory tail follows what is on disk.
+            if truncate_from is not None and truncate_from <= self._last:
+                self._drop_tail_from(truncate_from)
+            for _index, entry_term, payload, _stored in rows:
+                self._tail_terms.append(entry_term)
+                self._tail_payloads.append(payload)
+                self._tail_bytes += len(payload)
             if truncate_from is not None or self._first == 0:
                 self._first, self._last = self._read_log_range()
             else:
                 self._last = expected - 1
+            self._trim_tail()
+            if self._last != expected - 1:
+                raise StoreCorrupt(
+                    f"{self.path}: the log ends at {self._last} after persisting up to "
+                    f"{expected - 1}"
+                )
+
+    # ----------------------------------------------------------------- in-memory log tail
+    def _load_tail(self) -> None:
+        """Read (and verify) the newest entries, within both bounds, into the tail."""
+        if self._tail_entries_max == 0 or self._last == 0:
+            return
+        newest_first: list[tuple[int, bytes]] = []
+        total_bytes = 0
+        expected = self._last
+        for index, term, payload, stored in self._db.execute(
+            "SELECT idx, term, payload, checksum FROM log WHERE idx > ? ORDER BY idx DESC",
+            (self._last - self._tail_entries_max,),
+        ):
+            self._verify_entry(index, term, payload, stored)
+            if index != expected:
+                raise StoreCorrupt(f"{self.path}: log entry {expected} is missing")
+            if total_bytes + len(payload) > self._tail_bytes_max:
+                break
+            newest_first.append((term, payload))
+            total_bytes += len(payload)
+            expected -= 1
+        newest_first.reverse()
+        self._tail_terms = [term for term, _ in newest_first]
+        self._tail_payloads = [payload for _, payload in newest_first]
+        self._tail_bytes = total_bytes
+
+    def _drop_tail_from(self, truncate_from: int) -> None:
+        """Forget cached entries ``>= truncate_from`` (called with ``self._last`` still old)."""
+        drop = self._last - truncate_from + 1
+        if drop >= len(self._tail_terms):
+            self._tail_terms, self._tail_payloads, self._tail_bytes = [], [], 0
+            return
+        self._tail_bytes -= sum(len(p) for p in self._tail_payloads[-drop:])
+        del self._tail_terms[-drop:]
+        del self._tail_payloads[-drop:]
+
+    def _trim_tail(self) -> None:
+        """Drop the oldest cached entries until both bounds hold."""
+        payloads = self._tail_payloads
+        drop = max(0, len(payloads) - self._tail_entries_max)
+        dropped_bytes = sum(len(p) for p in payloads[:drop])
+        while drop < len(payloads) and self._tail_bytes - dropped_bytes > self._tail_bytes_max:
+            dropped_bytes += len(payloads[drop])
+            drop += 1
+        if drop:
+            self._tail_bytes -= dropped_bytes
+            del self._tail_terms[:drop]
+            del payloads[:drop]
 
     # ----------------------------------------------------------------- checkpoint
     def load_checkpoint(self) -> tuple[int, dict[str, bytes]]:

@@ -182,7 +182,11 @@ def test_an_exception_inside_a_transaction_rolls_everything_back(data_dir: Path)
 def test_damage_found_while_open_raises_store_corrupt(data_dir: Path) -> None:
     populated_runner(data_dir)
     path = data_dir / RUNNER_FILE_NAME
-    with open_runner(data_dir) as store:
+    # No in-memory log tail: every log read goes to disk (the tail's own rule is in
+    # test_runner_log_tail.py: rows below it are still read, and verified, from disk).
+    with RunnerStore.create_or_open(
+        data_dir, contract=CONTRACT, contract_digest=DIGEST, log_tail_entries_max=0
+    ) as store:
         payload = raw_query(path, "SELECT payload FROM log WHERE idx = 2")[0][0]
         raw_execute(path, "UPDATE log SET payload = ? WHERE idx = 2", (flip_first_byte(payload),))
         part = raw_query(path, "SELECT data FROM checkpoint_part WHERE name = 'meta'")[0][0]
