@@ -10,6 +10,14 @@ flag in one more durable step, then hand messages to the transport, then apply c
 entries in index order through the apply hook, then ``advance``. Callers on other threads get
 ``concurrent.futures.Future`` objects.
 
+One exception to "persist, then send" (thesis §10.2.1, the rule in ``send_order.py``, shared with
+the simulator): a leader's Ready whose messages are all its own appends and heartbeats, with no
+hard-state change and no truncation to persist, is sent BEFORE the persist, so the followers'
+fsyncs overlap the leader's own. The leader counts its own copy towards a commit only from
+``advance`` on (``RaftNode._maybe_commit`` counts ``stable_last``). Votes, append
+acknowledgements and anything in a Ready that changes the hard state still leave only after the
+fsync.
+
 A proposal's future resolves with the apply hook's result when an entry with the proposal's
 ``(term, index)`` is applied, or fails with ``ProposalLost`` when that index is applied with
 another term (the leader was deposed before it committed). A read barrier's future resolves with
@@ -34,6 +42,7 @@ from typing import Any, Protocol
 from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
 from appliance.raft.messages import EntryKind, Message
 from appliance.raft.node import RaftNode, Ready, SoftState
+from appliance.raft.send_order import may_send_before_persist
 from appliance.raft.storage import LogStorage
 
 log = logging.getLogger(__name__)
@@ -248,6 +257,10 @@ class RaftDriver:
         node = self._node
         while node.has_ready():
             ready = node.ready()
+            send_first = may_send_before_persist(ready)
+            if send_first:
+                for message in ready.messages:
+                    self._transport.send(message)
             if ready.must_persist:
                 self._storage.persist(
                     term=ready.hard_state.term,
@@ -265,8 +278,9 @@ class RaftDriver:
                     node.term,
                     node.commit_index,
                 )
-            for message in ready.messages:
-                self._transport.send(message)
+            if not send_first:
+                for message in ready.messages:
+                    self._transport.send(message)
             self._apply_committed(ready)
             for read in ready.reads:
                 future = self._reads.pop(read.request_id, None)

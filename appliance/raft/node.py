@@ -5,9 +5,11 @@ Theory of operation. The node never touches a disk, a socket or a clock. Its inp
 ``step(message)``, ``propose(data)`` and ``read_index(request_id)``. Its outputs are collected
 by ``ready()``: the hard state and entries to persist, the messages to send, the committed
 entries to apply and the released read barriers. The driver persists first, then sends, then
-applies, then calls ``advance(ready)``. Because every message leaves only after the state it was
-computed from is durable, a vote grant or an append acknowledgement can never outlive a crash
-that forgets it (thesis §3.8). Between ``ready()`` and ``advance()`` the node accepts no input.
+applies, then calls ``advance(ready)``. Because every vote grant and append acknowledgement leaves
+only after the state it was computed from is durable, it can never outlive a crash that forgets
+it (thesis §3.8); only a leader's own appends and heartbeats may leave before its fsync
+(``send_order.py``, thesis §10.2.1), since they promise nothing. Between ``ready()`` and
+``advance()`` the node accepts no input.
 
 Roles swap the step and tick functions (``_become_*``), so each role's rules read in one place:
 

@@ -8,8 +8,10 @@ node's own election randomness — so the seed alone reproduces a run exactly.
 
 The sim's driver follows the production rules: after every input it drains ``ready()``; it
 persists the batch, then sends its messages, then applies committed entries, then calls
-``advance``. A crash may strike between ``ready()`` and the persist: the batch and its messages
-are lost, as an unsynced write would be. A crash may also strike after the persist, part way
+``advance`` — except that a leader's own appends and heartbeats leave before the persist when the
+production driver's rule allows it (``appliance.raft.send_order``). A crash may strike between
+``ready()`` and the persist: the batch is lost, as an unsynced write would be, together with its
+messages unless they already left early. A crash may also strike after the persist, part way
 through sending the batch's messages.
 
 A run has two phases. SAFETY: every enabled fault, while the checkers (``checkers.py``) watch
@@ -43,6 +45,7 @@ from appliance.raft import (
     ReadRefused,
     Role,
 )
+from appliance.raft.send_order import may_send_before_persist
 from appliance.sim.checkers import SafetyCheckers, Violation, check_log_matching
 from appliance.sim.faults import FaultSettings
 from appliance.sim.network import FakeNetwork
@@ -200,12 +203,16 @@ class Simulation:
         self._reads = {rid: r for rid, r in self._reads.items() if r[0] != replica.id}
 
     def _process(self, replica: _Replica) -> None:
-        """The production driver's loop: persist, send, apply, advance."""
+        """The production driver's loop: persist, send (or send, persist), apply, advance."""
         node = replica.node
         while node is not None and node.has_ready():
             ready = node.ready()
+            send_first = may_send_before_persist(ready)
+            if send_first:
+                for message in ready.messages:
+                    self._send(message)
             if not self._liveness and self.rng.random() < self.faults.crash_in_ready_rate:
-                self._crash(replica)  # before the persist: the batch and its messages are lost
+                self._crash(replica)  # before the persist: the batch is lost (sent or not)
                 return
             if ready.must_persist:
                 replica.storage.persist(
@@ -214,7 +221,9 @@ class Simulation:
                     truncate_from=ready.truncate_from,
                     entries=ready.stored_entries(),
                 )
-            if not self._liveness and self.rng.random() < self.faults.crash_in_ready_rate:
+            if not send_first and not self._liveness and (
+                self.rng.random() < self.faults.crash_in_ready_rate
+            ):
                 # After the persist, part way through sending: the batch is durable, but only
                 # some peers (maybe none) hear of it. A leader dying here leaves entries only
                 # it holds, the precondition of the paper's figure 8.
@@ -223,8 +232,9 @@ class Simulation:
                     self._send(message)
                 self._crash(replica)
                 return
-            for message in ready.messages:
-                self._send(message)
+            if not send_first:
+                for message in ready.messages:
+                    self._send(message)
             for entry in ready.committed:
                 self.checkers.on_apply(replica.id, entry)
             for read in ready.reads:
