@@ -29,7 +29,6 @@ is there, ``recovering()`` is True and the Raft node neither votes nor campaigns
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ import apsw
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, StoreRefused
+from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
 from appliance.store.versions import (
@@ -66,8 +66,10 @@ def _seed(conn: apsw.Connection) -> None:
     )
 
 
-class RunnerStore:
+class RunnerStore(OpenedStore):
     """One voter's durable state in ``data_dir/runner.sqlite3`` (see module docstring)."""
+
+    store_name = "runner store"
 
     def __init__(
         self,
@@ -81,11 +83,7 @@ class RunnerStore:
     ):
         if log_tail_entries_max < 0 or log_tail_bytes_max < 0:
             raise ValueError("log tail bounds must be >= 0")
-        self._conn: apsw.Connection | None = conn
-        self._dir_lock = lock
-        self._lock = threading.Lock()
-        self.path = path
-        self.created = created  # True when this open created and sealed the store
+        super().__init__(conn, lock, path, created)
         self._tail_entries_max = log_tail_entries_max
         self._tail_bytes_max = log_tail_bytes_max
         self._term, self._voted_for = self._read_hard_state()
@@ -175,27 +173,6 @@ class RunnerStore:
             conn.close()
             lock.release()
             raise
-
-    # ----------------------------------------------------------------- connection plumbing
-    @property
-    def _db(self) -> apsw.Connection:
-        if self._conn is None:
-            raise ValueError("the runner store is closed")
-        return self._conn
-
-    def close(self) -> None:
-        """Close the connection (SQLite checkpoints the WAL) and release ``data_dir/LOCK``."""
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-                self._dir_lock.release()
-
-    def __enter__(self) -> RunnerStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- Raft hard state and log
     def _read_hard_state(self) -> tuple[int, str | None]:

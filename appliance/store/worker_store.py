@@ -20,7 +20,6 @@ Every read verifies the row checksum (``StoreCorrupt`` on failure). One connecti
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from appliance.core.canonical import canonical_digest, canonical_json
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
+from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
 from appliance.store.versions import KIND_WORKER, WORKER_FILE_NAME
@@ -131,8 +131,10 @@ def _empty_record(invocation: Invocation) -> InvocationRecord:
     return InvocationRecord(invocation, None, None, None, None, None, None, None, None, None, None)
 
 
-class WorkerStore:
+class WorkerStore(OpenedStore):
     """The worker's durable admissions store in ``data_dir/worker.sqlite3``."""
+
+    store_name = "worker store"
 
     def __init__(
         self,
@@ -143,13 +145,9 @@ class WorkerStore:
         incarnation_id: str,
         created: bool,
     ):
-        self._conn: apsw.Connection | None = conn
-        self._dir_lock = lock
-        self._lock = threading.Lock()
-        self.path = path
+        super().__init__(conn, lock, path, created)
         self.namespace = namespace
         self.incarnation_id = incarnation_id
-        self.created = created
 
     @classmethod
     def create_or_open(
@@ -202,25 +200,6 @@ class WorkerStore:
             conn.close()
             lock.release()
             raise
-
-    @property
-    def _db(self) -> apsw.Connection:
-        if self._conn is None:
-            raise ValueError("the worker store is closed")
-        return self._conn
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
-                self._dir_lock.release()
-
-    def __enter__(self) -> WorkerStore:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- incarnations
     def incarnations(self) -> list[tuple[str, int]]:
