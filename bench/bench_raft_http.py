@@ -13,8 +13,8 @@ but the same code path minus process boundaries.
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,40 +26,9 @@ from appliance.config.runner import parse_runner_config
 from appliance.replication.raft_member import RaftMember
 from appliance.store.runner_store import RunnerStore
 
-ENV = {"ADMISSION_TOKEN": "a" * 24, "CLUSTER_TOKEN": "c" * 24, "WORKER_TOKEN": "w" * 24}
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
-
-
-def doc(node_id: str, ports: dict[str, int], root: Path) -> dict:  # type: ignore[type-arg]
-    return {
-        "node_id": node_id,
-        "advertise_addr": "127.0.0.1",
-        "cluster_port": ports[node_id],
-        "peers": [f"{o}@127.0.0.1:{p}" for o, p in ports.items() if o != node_id],
-        "data_dir": str(root / node_id),
-        "admission_addr": "127.0.0.1:4501",
-        "admission_bearer_env": "ADMISSION_TOKEN",
-        "cluster_bearer_env": "CLUSTER_TOKEN",
-        "remote": {
-            "url": "http://127.0.0.1:4701",
-            "bearer_env": "WORKER_TOKEN",
-            "expires_at": "2030-01-31T12:00:00Z",
-            "session": "bench",
-            "timeout_seconds": 60,
-            "heap_mb": 128,
-            "namespace": "ns",
-            "worker_id": "w1",
-        },
-    }
+# The voters' configs are the Raft member tests' own (one definition of a test cluster).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.replication.test_raft_member import ENV, free_ports, runner_doc
 
 
 def wait_leader(members: dict[str, RaftMember], timeout_s: float = 30) -> RaftMember:
@@ -82,7 +51,7 @@ def main() -> None:
         ports = dict(zip(ids, free_ports(3), strict=True))
         members, stores = {}, []
         for node_id in ids:
-            cfg = parse_runner_config(doc(node_id, ports, root))
+            cfg = parse_runner_config(runner_doc(node_id, ports, root))
             digest = contract_digest(cfg)
             store = RunnerStore.create_or_open(
                 cfg.data_dir, contract=sealed_contract(cfg), contract_digest=digest
