@@ -13,13 +13,14 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_ports
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 START_TIMEOUT_S = 20.0
@@ -35,9 +36,7 @@ def require_etcd() -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
 
 
 class EtcdCluster:

@@ -35,6 +35,7 @@ from appliance.runner.worker_client import ExecResult, ObserveResult
 from tests.management.bodies import CAP_BYTES, escaped_create
 from tests.management.conftest import TOKENS
 from tests.management.mcp_raw import call, headers, rpc
+from tests.ports import free_ports
 from tests.runner.harness import T0, Voter, definition, wait_until
 
 
@@ -349,9 +350,7 @@ def test_409_on_a_voter_without_acquired_ownership() -> None:
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 @pytest.mark.parametrize("with_recovery", [True, False])

@@ -3,7 +3,6 @@ on loopback: they elect a leader, commit, and serve status only to the cluster b
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from appliance.config.runner import parse_runner_config
 from appliance.http import HttpClient
 from appliance.replication.raft_member import RaftMember
 from appliance.store.runner_store import RunnerStore
+from tests.ports import free_ports
 
 ENV = {
     "ADMISSION_TOKEN": "admission-secret-000000",
@@ -20,16 +20,6 @@ ENV = {
     "WORKER_TOKEN": "worker-secret-22222222",
 }
 WAIT_S = 15.0
-
-
-def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 def runner_doc(node_id: str, ports: dict[str, int], data_dir: Path) -> dict:  # type: ignore[type-arg]

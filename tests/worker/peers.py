@@ -27,6 +27,7 @@ from typing import Any
 
 from appliance.engine.protocol import PARENT_PID_ENV
 from appliance.http import HttpClient, Response
+from tests.ports import free_ports
 
 WORKER_TOKEN = "worker-token-test-0123456789"
 ADMISSION_TOKEN = "admission-token-test-9876543210"
@@ -36,9 +37,7 @@ READY_TIMEOUT_SECONDS = 60.0
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return free_ports(1)[0]
 
 
 def closed_port() -> int:
