@@ -18,6 +18,11 @@ fsyncs overlap the leader's own. The leader counts its own copy towards a commit
 acknowledgements and anything in a Ready that changes the hard state still leave only after the
 fsync.
 
+Answers can ride back on the request that caused them (``reply_slot.py``): a message delivered
+with a ``ReplySlot`` registers it for its sender; the first answer (vote, append or heartbeat
+response) to that sender that this driver would send — at the usual point, after the fsync — is
+offered to the slot instead; every slot still open at the end of the cycle is closed.
+
 A proposal's future resolves with the apply hook's result when an entry with the proposal's
 ``(term, index)`` is applied, or fails with ``ProposalLost`` when that index is applied with
 another term (the leader was deposed before it committed). A read barrier's future resolves with
@@ -42,6 +47,7 @@ from typing import Any, Protocol
 from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
 from appliance.raft.messages import EntryKind, Message
 from appliance.raft.node import RaftNode, Ready, SoftState
+from appliance.raft.reply_slot import ANSWER_KINDS, ReplySlot
 from appliance.raft.send_order import may_send_before_persist
 from appliance.raft.storage import LogStorage
 
@@ -123,6 +129,7 @@ class RaftDriver:
         self._reads_ready: list[tuple[int, Future[int]]] = []  # (read index, future)
         self._next_read_id = 0
         self._subscribers: list[Callable[[SoftState], None]] = []
+        self._reply_slots: dict[str, list[ReplySlot]] = {}  # peer -> slots open this cycle
         self._lock = threading.Lock()
         self._status = self._snapshot()
         self._soft = SoftState(node.role, node.term, node.leader_id)
@@ -147,10 +154,14 @@ class RaftDriver:
 
     # -- thread-safe API ---------------------------------------------------------------------
 
-    def deliver(self, message: Message) -> None:
-        """Hand an inbound message to the node (dropped, and counted, if the inbox is full)."""
-        if not self._inbox_put(("message", message)):
+    def deliver(self, message: Message, reply: ReplySlot | None = None) -> None:
+        """Hand an inbound message to the node (dropped, and counted, if the inbox is full).
+
+        With ``reply``, the node's answer to the sender may come back through that slot."""
+        if not self._inbox_put(("message", message, reply)):
             self.dropped_inbound += 1
+            if reply is not None:
+                reply.close()
 
     def propose(self, command: bytes) -> Future[Any]:
         future: Future[Any] = Future()
@@ -179,9 +190,11 @@ class RaftDriver:
 
     def _inbox_put(self, item: tuple[Any, ...], *, force: bool = False) -> bool:
         if self._stop.is_set() and item[0] != "wake":
-            future = next((x for x in item if isinstance(x, Future)), None)
-            if future is not None:
-                future.set_exception(DriverStopped(str(self.fatal or "driver stopped")))
+            for x in item:
+                if isinstance(x, Future):
+                    x.set_exception(DriverStopped(str(self.fatal or "driver stopped")))
+                elif isinstance(x, ReplySlot):
+                    x.close()
             return True
         try:
             if force:
@@ -225,6 +238,8 @@ class RaftDriver:
         kind = item[0]
         if kind == "message":
             self._node.step(item[1])
+            if item[2] is not None:
+                self._reply_slots.setdefault(item[1].sender, []).append(item[2])
         elif kind == "propose":
             self._propose(item[1], item[2])
         elif kind == "read":
@@ -260,7 +275,7 @@ class RaftDriver:
             send_first = may_send_before_persist(ready)
             if send_first:
                 for message in ready.messages:
-                    self._transport.send(message)
+                    self._send(message)
             if ready.must_persist:
                 self._storage.persist(
                     term=ready.hard_state.term,
@@ -280,7 +295,7 @@ class RaftDriver:
                 )
             if not send_first:
                 for message in ready.messages:
-                    self._transport.send(message)
+                    self._send(message)
             self._apply_committed(ready)
             for read in ready.reads:
                 future = self._reads.pop(read.request_id, None)
@@ -293,8 +308,23 @@ class RaftDriver:
             node.advance(ready)
             self._publish(ready.soft_state)
         self._release_reads()
+        self._close_reply_slots()
         with self._lock:
             self._status = self._snapshot()
+
+    def _send(self, message: Message) -> None:
+        if isinstance(message, ANSWER_KINDS):
+            slots = self._reply_slots.get(message.to)
+            while slots:
+                if slots.pop(0).offer(message):
+                    return
+        self._transport.send(message)
+
+    def _close_reply_slots(self) -> None:
+        for slots in self._reply_slots.values():
+            for slot in slots:
+                slot.close()
+        self._reply_slots.clear()
 
     def _apply_committed(self, ready: Ready) -> None:
         for entry in ready.committed:
@@ -361,6 +391,7 @@ class RaftDriver:
         self._proposals.clear()
         self._reads.clear()
         self._reads_ready.clear()
+        self._close_reply_slots()
         while True:
             try:
                 item = self._inbox.get_nowait()
@@ -369,3 +400,5 @@ class RaftDriver:
             for x in item:
                 if isinstance(x, Future) and not x.done():
                     x.set_exception(exc)
+                elif isinstance(x, ReplySlot):
+                    x.close()

@@ -1,10 +1,15 @@
 """HTTP transport for Raft messages: Falcon routes on the cluster port, one pipeline per peer.
 
-Theory of operation. Raft messages are one-way: a vote response or an append acknowledgement
-is a message of its own, not an HTTP response (the driver's ``Transport.send`` contract). So
-every message is one ``POST`` of its binary encoding (``codec.py``), answered ``202`` with an
-empty body once it is handed to the local driver's inbox; the HTTP status only says "received",
-never "processed". Routes (SPEC §5, issue 4):
+Theory of operation. Raft messages are one-way (the driver's ``Transport.send`` contract): every
+message is one ``POST`` of its binary encoding (``codec.py``). A message that asks for an answer
+(vote request, append, heartbeat) is handed to the local driver with a ``ReplySlot``; the
+request waits (at most ``REPLY_WAIT_S``) until the driver has handled it, and if the driver's
+answer to that sender was produced meanwhile — after the fsync it depends on, as always — it is
+returned as the body of a ``200``; otherwise the request is answered ``202`` with an empty body
+and any later answer travels as a ``POST`` of its own. Either way the HTTP status only says
+"received", never "accepted": the answer is an ordinary Raft message, fed to the sender's driver
+like any other. Carrying answers back this way halves the HTTP exchanges per replicated entry.
+Routes (SPEC §5, issue 4):
 
     POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse
     POST /raft/v1/vote     VoteRequest, VoteResponse (pre-vote and vote)
@@ -26,6 +31,10 @@ peer never delays another). ``send`` never blocks the driver thread:
 
 - coalescing: a heartbeat (or heartbeat response) replaces a queued, not-yet-sent one to the same
   peer, in place — only the newest heartbeat carries information worth sending;
+- merging: an append that continues the append queued last for the same peer (same term, its
+  ``prev_index`` is that one's last index) is merged into it, within the batch caps (32 entries,
+  12 MiB), taking the higher commit index — while one append is in flight, the entries proposed
+  meanwhile leave together in the next request;
 - overflow: when the queue is full the OLDEST queued message is dropped (counted in ``dropped``):
   the newest messages carry the newest term and commit index;
 - failure: a failed send (connection error, ambiguous send, non-202 status) drops that message
@@ -51,7 +60,13 @@ import falcon
 
 from appliance.config.credentials import Secret
 from appliance.http import ApiError, ClientError, HttpClient, Response, create_app, read_body
-from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
+from appliance.raft.codec import (
+    BATCH_ENTRIES_MAX,
+    BATCH_PAYLOAD_BYTES_MAX,
+    BODY_BYTES_MAX,
+    decode,
+    encode,
+)
 from appliance.raft.errors import CodecError, DigestMismatch
 from appliance.raft.messages import (
     AppendRequest,
@@ -62,6 +77,7 @@ from appliance.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from appliance.raft.reply_slot import ANSWER_KINDS, ReplySlot
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +86,10 @@ VOTE_PATH = "/raft/v1/vote"
 STATUS_PATH = "/raft/v1/status"
 APPEND_KINDS = (AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse)
 VOTE_KINDS = (VoteRequest, VoteResponse)
+QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat)  # answered by one of ANSWER_KINDS
+# How long a request waits for its answer (normally one follower fsync); below the client's
+# 2 s read timeout, so a slow disk costs a one-way answer later, never a failed send.
+REPLY_WAIT_S = 1.0
 PEER_QUEUE_MAX = 1024
 SEND_BACKOFF_S = 0.05
 MISMATCH_LOG_INTERVAL_S = 60.0
@@ -91,6 +111,34 @@ def coalesce_key_for(message: Message) -> str | None:
     if isinstance(message, HeartbeatResponse):
         return "heartbeat_response"
     return None
+
+
+def merge_appends(queued: AppendRequest, later: AppendRequest) -> AppendRequest | None:
+    """``queued`` and ``later`` as one append, or None if ``later`` does not continue it.
+
+    Merging needs the same leader and term and ``later.prev_index`` equal to ``queued``'s last
+    index (with the matching term); the result stays within the batch caps. The higher commit
+    index is kept: a follower applies ``min(commit, last new index)`` either way."""
+    if (queued.sender, queued.to, queued.term) != (later.sender, later.to, later.term):
+        return None
+    last_index = queued.entries[-1].index if queued.entries else queued.prev_index
+    last_term = queued.entries[-1].term if queued.entries else queued.prev_term
+    if (later.prev_index, later.prev_term) != (last_index, last_term):
+        return None
+    entries = queued.entries + later.entries
+    if len(entries) > BATCH_ENTRIES_MAX:
+        return None
+    if sum(e.payload_bytes for e in entries) > BATCH_PAYLOAD_BYTES_MAX:
+        return None
+    return AppendRequest(
+        queued.sender,
+        queued.to,
+        queued.term,
+        queued.prev_index,
+        queued.prev_term,
+        entries,
+        max(queued.commit, later.commit),
+    )
 
 
 class RateLimitedLog:
@@ -135,12 +183,16 @@ class _MessageResource:
         digest: str,
         deliver: Callable[[Message], None],
         mismatches: RateLimitedLog,
+        deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
+        reply_wait_s: float,
     ) -> None:
         self._kinds = kinds
         self._node_id = node_id
         self._digest = digest
         self._deliver = deliver
         self._mismatches = mismatches
+        self._deliver_with_reply = deliver_with_reply
+        self._reply_wait_s = reply_wait_s
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_body(req, BODY_BYTES_MAX)
@@ -158,7 +210,17 @@ class _MessageResource:
             raise ApiError(400, "wrong_route", f"{type(message).__name__} does not go here")
         if message.to != self._node_id:
             raise ApiError(400, "misrouted", f"message for {message.to!r} sent to {self._node_id}")
-        self._deliver(message)
+        if self._deliver_with_reply is not None and isinstance(message, QUESTION_KINDS):
+            slot = ReplySlot(message.sender)
+            self._deliver_with_reply(message, slot)
+            answer = slot.wait(self._reply_wait_s)
+            if answer is not None:
+                resp.status = falcon.HTTP_200
+                resp.content_type = OCTET_STREAM
+                resp.data = encode(answer, self._digest)
+                return
+        else:
+            self._deliver(message)
         # 202 with an explicit empty body: waitress closes the connection after a 204 (no
         # Content-Length), which would cost a new TCP connection per message.
         resp.status = falcon.HTTP_202
@@ -181,15 +243,26 @@ def create_raft_app(
     status: Callable[[], Mapping[str, Any]],
     credentials: Mapping[str, Secret | str | None],
     mismatches: RateLimitedLog | None = None,
+    deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
+    reply_wait_s: float = REPLY_WAIT_S,
 ) -> falcon.App:
     """The cluster-port WSGI app. ``credentials`` maps every role this process knows to its
-    token (so they can be told apart in the audit log); only the ``cluster`` role is accepted."""
+    token (so they can be told apart in the audit log); only the ``cluster`` role is accepted.
+
+    With ``deliver_with_reply`` (the driver's ``deliver``), votes, appends and heartbeats wait
+    for their answer and return it in the response; without it every message gets ``202``."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
     refused = mismatches or mismatch_log()
+
+    def resource(kinds: tuple[type, ...]) -> _MessageResource:
+        return _MessageResource(
+            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s
+        )
+
     routes = {
-        APPEND_PATH: _MessageResource(APPEND_KINDS, node_id, digest, deliver, refused),
-        VOTE_PATH: _MessageResource(VOTE_KINDS, node_id, digest, deliver, refused),
+        APPEND_PATH: resource(APPEND_KINDS),
+        VOTE_PATH: resource(VOTE_KINDS),
         STATUS_PATH: _StatusResource(status),
     }
     return create_app(
@@ -213,6 +286,8 @@ class PeerStats:
     failed: int = 0
     dropped: int = 0  # overflow (oldest dropped) and stale messages drained after a failure
     coalesced: int = 0  # a queued heartbeat replaced by a newer one
+    merged: int = 0  # an append merged into the one queued before it
+    answers: int = 0  # answers that came back in a response body
 
 
 class _PeerPipeline:
@@ -222,7 +297,7 @@ class _PeerPipeline:
         self,
         peer: str,
         url: str,
-        post: Callable[[str, Message], bool],
+        post: Callable[[str, Message], bool | object],
         queue_max: int,
         backoff_s: float,
     ) -> None:
@@ -252,6 +327,13 @@ class _PeerPipeline:
                         self._queue[position] = message
                         self.stats.coalesced += 1
                         return
+            if isinstance(message, AppendRequest) and self._queue:
+                tail = self._queue[-1]
+                merged = merge_appends(tail, message) if isinstance(tail, AppendRequest) else None
+                if merged is not None:
+                    self._queue[-1] = merged
+                    self.stats.merged += 1
+                    return
             if len(self._queue) >= self._queue_max:
                 self._queue.popleft()
                 self.stats.dropped += 1
@@ -287,6 +369,7 @@ class _PeerPipeline:
             with self._cv:
                 if delivered:
                     self.stats.sent += 1
+                    self.stats.answers += delivered is ANSWERED
                     continue
                 self.stats.failed += 1
                 self.stats.dropped += len(self._queue)  # stale now; Raft resends what matters
@@ -296,8 +379,14 @@ class _PeerPipeline:
                 self._cv.wait(self._backoff_s)
 
 
+ANSWERED = object()  # what ``_post`` returns (truthy) when the response carried an answer
+
+
 class HttpTransport:
-    """``Transport`` for the driver: ``send`` queues (never blocks); one pipeline per peer."""
+    """``Transport`` for the driver: ``send`` queues (never blocks); one pipeline per peer.
+
+    Answers that come back in response bodies go to the receiver set by ``receive_answers``
+    (the local driver's ``deliver``); before one is set they are dropped (Raft resends)."""
 
     def __init__(
         self,
@@ -321,6 +410,7 @@ class HttpTransport:
             connect_timeout_ms=500, read_timeout_ms=2_000, response_bytes_max=64 * 1024
         )
         self._mismatches = mismatch_log(clock)
+        self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
         self._pipelines = {
             peer: _PeerPipeline(peer, f"http://{addr}", self._post, peer_queue_max, backoff_s)
@@ -348,6 +438,10 @@ class HttpTransport:
         if self._owns_client:
             self._client.close()
 
+    def receive_answers(self, receive: Callable[[Message], None]) -> None:
+        """Where answers carried back in response bodies go (set before ``start``)."""
+        self._receive = receive
+
     def send(self, message: Message) -> None:
         pipeline = self._pipelines.get(message.to)
         if pipeline is None:
@@ -355,7 +449,7 @@ class HttpTransport:
             return
         pipeline.put(message)
 
-    def _post(self, base_url: str, message: Message) -> bool:
+    def _post(self, base_url: str, message: Message) -> bool | object:
         peer = message.to
         try:
             response = self._client.post(
@@ -369,8 +463,33 @@ class HttpTransport:
             return False
         if response.status == 202:
             return True
+        if response.status == 200 and isinstance(message, QUESTION_KINDS):
+            return ANSWERED if self._take_answer(peer, response.body) else True
         self._report_refusal(peer, message, response)
         return False
+
+    def _take_answer(self, peer: str, body: bytes) -> bool:
+        """Feed an answer carried in a response body to the local driver, if it is one."""
+        try:
+            answer = decode(body, self._digest)
+        except CodecError as exc:  # DigestMismatch included
+            self._failures.report(f"answer:{peer}", f"raft peer {peer} sent a bad answer: {exc}")
+            return False
+        if (
+            not isinstance(answer, ANSWER_KINDS)
+            or answer.sender != peer
+            or answer.to != self._node_id
+        ):
+            self._failures.report(
+                f"answer:{peer}",
+                f"raft peer {peer} answered with {type(answer).__name__} from "
+                f"{answer.sender!r} to {answer.to!r}; dropped",
+            )
+            return False
+        if self._receive is None:
+            return False
+        self._receive(answer)
+        return True
 
     def _report_refusal(self, peer: str, message: Message, response: Response) -> None:
         code = _error_code(response)

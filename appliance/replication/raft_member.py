@@ -70,7 +70,10 @@ class RaftMember:
             deliver=self.replication.deliver,
             status=self.replication.status,
             credentials=known,
+            deliver_with_reply=self.replication.deliver,
         )
+        if self.transport is not None:
+            self.transport.receive_answers(self.replication.deliver)
         self.server = HttpServer(
             app,
             host=cfg.advertise_addr,

@@ -17,6 +17,7 @@ from typing import Any
 from appliance.raft.driver import RaftDriver, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
+from appliance.raft.reply_slot import ReplySlot
 from appliance.raft.storage import LogStorage
 from appliance.replication.base import ApplyHook, Leadership
 
@@ -73,9 +74,9 @@ class RaftReplication:
     def stop(self) -> None:
         self.driver.stop()
 
-    def deliver(self, message: Message) -> None:
-        """Inbound messages from the transport's server side."""
-        self.driver.deliver(message)
+    def deliver(self, message: Message, reply: ReplySlot | None = None) -> None:
+        """Inbound messages from the transport (``reply``: where the answer may ride back)."""
+        self.driver.deliver(message, reply)
 
     def propose(self, command: bytes, *, timeout_s: float) -> Any:
         return _wait(self.driver.propose(command), timeout_s, "proposal")
