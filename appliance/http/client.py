@@ -241,7 +241,7 @@ class HttpClient:
             conn.connect()
         except (OSError, http.client.HTTPException) as exc:
             conn.close()
-            raise ConnectFailed(str(origin), _describe_connect_error(exc)) from None
+            raise ConnectFailed(str(origin), describe_connect_error(exc)) from None
         conn.auto_open = 0  # http.client must never reconnect (and resend) on its own
         with self._lock:
             self.connections_opened += 1
@@ -344,7 +344,7 @@ def _read_capped(raw: http.client.HTTPResponse, cap: int, origin: str) -> bytes:
     return b"".join(parts)
 
 
-def _describe_connect_error(exc: BaseException) -> str:
+def describe_connect_error(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "connect timeout"
     if isinstance(exc, socket.gaierror):

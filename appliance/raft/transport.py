@@ -25,9 +25,10 @@ peer per minute (with a count of what was suppressed), so a misconfigured voter 
 heartbeat cannot drown the log while the problem stays visible. Malformed → 400, a message on the
 wrong route or addressed to another node → 400.
 
-Client side (``HttpTransport``): one ``_PeerPipeline`` per peer — a sender thread and a bounded
-queue, so each peer has exactly ONE request in flight (order per peer is preserved and a slow
-peer never delays another). ``send`` never blocks the driver thread:
+Client side (``HttpTransport``): one ``_PeerPipeline`` per peer — a sender thread, a bounded
+queue and one kept-alive ``PeerConnection`` (the lean HTTP/1.1 client of the hot path), so each
+peer has exactly ONE request in flight (order per peer is preserved and a slow peer never
+delays another). ``send`` never blocks the driver thread:
 
 - coalescing: a heartbeat (or heartbeat response) replaces a queued, not-yet-sent one to the same
   peer, in place — only the newest heartbeat carries information worth sending;
@@ -40,7 +41,7 @@ peer never delays another). ``send`` never blocks the driver thread:
 - failure: a failed send (connection error, ambiguous send, non-202 status) drops that message
   and everything queued behind it for that peer (it is stale by then; Raft's own heartbeats and
   probes resend what still matters), then waits a short backoff. Nothing is ever retried by the
-  transport, and the shared ``HttpClient`` never follows redirects nor retries by itself.
+  transport, and the connection never follows redirects nor retries by itself.
 
 A peer answering 403 ``contract_mismatch`` is logged at ERROR with the same once-per-peer-per-
 minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limited too.
@@ -59,7 +60,8 @@ from typing import Any
 import falcon
 
 from appliance.config.credentials import Secret
-from appliance.http import ApiError, ClientError, HttpClient, Response, create_app, read_body
+from appliance.http import ApiError, ClientError, Response, create_app, read_body
+from appliance.http.peer_connection import PeerConnection
 from appliance.raft.codec import (
     BATCH_ENTRIES_MAX,
     BATCH_PAYLOAD_BYTES_MAX,
@@ -95,6 +97,9 @@ SEND_BACKOFF_S = 0.05
 MISMATCH_LOG_INTERVAL_S = 60.0
 FAILURE_LOG_INTERVAL_S = 10.0
 CONTRACT_MISMATCH_CODE = "contract_mismatch"
+CONNECT_TIMEOUT_MS = 500
+READ_TIMEOUT_MS = 2_000
+ANSWER_BYTES_MAX = 64 * 1024  # an answer is a few hundred bytes; anything else is an error body
 OCTET_STREAM = "application/octet-stream"
 
 Clock = Callable[[], float]
@@ -296,13 +301,13 @@ class _PeerPipeline:
     def __init__(
         self,
         peer: str,
-        url: str,
-        post: Callable[[str, Message], bool | object],
+        connection: PeerConnection,
+        post: Callable[[PeerConnection, Message], bool | object],
         queue_max: int,
         backoff_s: float,
     ) -> None:
         self.peer = peer
-        self.url = url
+        self.connection = connection  # used by the sender thread only
         self._post = post
         self._queue_max = queue_max
         self._backoff_s = backoff_s
@@ -352,6 +357,8 @@ class _PeerPipeline:
             self._cv.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if not self._thread.is_alive():
+            self.connection.close()
 
     def _next(self) -> Message | None:
         with self._cv:
@@ -362,7 +369,7 @@ class _PeerPipeline:
     def _run(self) -> None:
         while (message := self._next()) is not None:
             try:
-                delivered = self._post(self.url, message)
+                delivered = self._post(self.connection, message)
             except Exception:
                 log.exception("raft send to %s: unexpected error", self.peer)
                 delivered = False
@@ -395,7 +402,6 @@ class HttpTransport:
         peers: Mapping[str, str],  # peer id -> "host:port" of its cluster listener
         digest: str,
         cluster_token: Secret,
-        client: HttpClient | None = None,
         peer_queue_max: int = PEER_QUEUE_MAX,
         backoff_s: float = SEND_BACKOFF_S,
         clock: Clock = time.monotonic,
@@ -405,15 +411,11 @@ class HttpTransport:
         self._node_id = node_id
         self._digest = digest
         self._token = cluster_token
-        self._owns_client = client is None
-        self._client = client or HttpClient(
-            connect_timeout_ms=500, read_timeout_ms=2_000, response_bytes_max=64 * 1024
-        )
         self._mismatches = mismatch_log(clock)
         self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
         self._pipelines = {
-            peer: _PeerPipeline(peer, f"http://{addr}", self._post, peer_queue_max, backoff_s)
+            peer: _PeerPipeline(peer, _connection_to(addr), self._post, peer_queue_max, backoff_s)
             for peer, addr in peers.items()
         }
 
@@ -435,8 +437,6 @@ class HttpTransport:
         """Drop what is queued, let each in-flight request end (bounded by its timeouts), join."""
         for pipeline in self._pipelines.values():
             pipeline.stop(timeout_s)
-        if self._owns_client:
-            self._client.close()
 
     def receive_answers(self, receive: Callable[[Message], None]) -> None:
         """Where answers carried back in response bodies go (set before ``start``)."""
@@ -449,11 +449,11 @@ class HttpTransport:
             return
         pipeline.put(message)
 
-    def _post(self, base_url: str, message: Message) -> bool | object:
+    def _post(self, connection: PeerConnection, message: Message) -> bool | object:
         peer = message.to
         try:
-            response = self._client.post(
-                base_url + path_for(message),
+            response = connection.post(
+                path_for(message),
                 encode(message, self._digest),
                 headers={"Content-Type": OCTET_STREAM},
                 bearer=self._token,
@@ -509,6 +509,18 @@ class HttpTransport:
                 f"raft peer {peer} answered {response.status} {code or ''} to "
                 f"{type(message).__name__}",
             )
+
+
+def _connection_to(addr: str) -> PeerConnection:
+    """A connection to a peer's "host:port" (an IPv6 host in brackets)."""
+    host, _, port = addr.rpartition(":")
+    return PeerConnection(
+        host.strip("[]"),
+        int(port),
+        connect_timeout_ms=CONNECT_TIMEOUT_MS,
+        read_timeout_ms=READ_TIMEOUT_MS,
+        response_bytes_max=ANSWER_BYTES_MAX,
+    )
 
 
 def _error_code(response: Response) -> str | None:
