@@ -15,7 +15,9 @@ request is never written into a dead connection.
 
 The scope is narrow on purpose: plain ``http``, responses framed by ``Content-Length`` (or
 bodiless by status); a chunked or unframed response is refused as ``AmbiguousSend`` and the
-connection closed. One request at a time: the owner uses it from one thread.
+connection closed. One request at a time, used by one thread at a time: ``begin`` (or
+``begin_nowait``, which never blocks and never connects) writes a request, ``finish`` reads its
+response — possibly on another thread, handed over under the owner's lock.
 """
 
 from __future__ import annotations
@@ -62,11 +64,13 @@ class PeerConnection:
         self._user_agent = user_agent
         self._sock: socket.socket | None = None
         self._buffer = bytearray()  # received bytes not yet consumed
+        self._unsent = b""  # the part of a request a non-blocking send left behind
         self.connections_opened = 0  # for tests: new TCP connections made
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
         self._buffer.clear()
+        self._unsent = b""
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -80,6 +84,79 @@ class PeerConnection:
         bearer: Secret | str | None = None,
     ) -> Response:
         """One POST: its ``Response``, or raise ``ConnectFailed`` / ``AmbiguousSend``."""
+        self.begin(path, body, headers=headers, bearer=bearer)
+        return self.finish()
+
+    def begin(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        bearer: Secret | str | None = None,
+    ) -> None:
+        """Write a POST (connecting first if needed); ``finish`` reads its response."""
+        request = self._request(path, body, headers, bearer)
+        sock = self._usable_socket()
+        try:
+            sock.sendall(request)
+        except OSError as exc:
+            raise self._failed(exc) from None
+
+    def begin_nowait(
+        self,
+        path: str,
+        body: bytes,
+        *,
+        headers: Mapping[str, str] | None = None,
+        bearer: Secret | str | None = None,
+    ) -> bool:
+        """Write a POST without blocking: False (nothing written) when that needs a new
+        connection; otherwise one non-blocking send, the rest left for ``finish``."""
+        sock = self._sock
+        if sock is None or self._is_stale(sock):
+            self.close()
+            return False
+        request = self._request(path, body, headers, bearer)
+        try:
+            sock.setblocking(False)
+            try:
+                sent = sock.send(request)
+            except BlockingIOError:
+                sent = 0
+            finally:
+                sock.settimeout(self._read_s)
+        except OSError as exc:
+            raise self._failed(exc) from None
+        self._unsent = request[sent:]
+        return True
+
+    def finish(self) -> Response:
+        """The response to the request ``begin`` wrote (after sending what it left)."""
+        sock = self._sock
+        if sock is None:
+            raise AmbiguousSend(self.origin, "connection closed before a complete response")
+        try:
+            if self._unsent:
+                unsent, self._unsent = self._unsent, b""
+                sock.sendall(unsent)
+            response, keep = self._read_response(sock)
+        except AmbiguousSend:
+            self.close()
+            raise
+        except OSError as exc:
+            raise self._failed(exc) from None
+        if not keep:
+            self.close()
+        return response
+
+    def _request(
+        self,
+        path: str,
+        body: bytes,
+        headers: Mapping[str, str] | None,
+        bearer: Secret | str | None,
+    ) -> bytes:
         lines = [
             f"POST {path} HTTP/1.1",
             f"Host: {self._host_header}",
@@ -90,26 +167,15 @@ class PeerConnection:
         if bearer is not None:
             token = bearer.reveal() if isinstance(bearer, Secret) else bearer
             lines.append(f"Authorization: Bearer {token}")
-        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-        sock = self._usable_socket()
-        try:
-            sock.sendall(request)
-            response, keep = self._read_response(sock)
-        except AmbiguousSend:
-            self.close()
-            raise
-        except TimeoutError:
-            self.close()
-            raise AmbiguousSend(self.origin, "read timeout waiting for the response") from None
-        except OSError as exc:
-            self.close()
-            reason = exc.strerror or type(exc).__name__
-            raise AmbiguousSend(
-                self.origin, f"connection failed after connecting ({reason})"
-            ) from None
-        if not keep:
-            self.close()
-        return response
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+    def _failed(self, exc: OSError) -> AmbiguousSend:
+        """Close, and name the failure of a connection that may have carried the request."""
+        self.close()
+        if isinstance(exc, TimeoutError):
+            return AmbiguousSend(self.origin, "read timeout waiting for the response")
+        reason = exc.strerror or type(exc).__name__
+        return AmbiguousSend(self.origin, f"connection failed after connecting ({reason})")
 
     # -- connection ----------------------------------------------------------------------------
 

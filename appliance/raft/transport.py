@@ -25,23 +25,12 @@ peer per minute (with a count of what was suppressed), so a misconfigured voter 
 heartbeat cannot drown the log while the problem stays visible. Malformed → 400, a message on the
 wrong route or addressed to another node → 400.
 
-Client side (``HttpTransport``): one ``_PeerPipeline`` per peer — a sender thread, a bounded
-queue and one kept-alive ``PeerConnection`` (the lean HTTP/1.1 client of the hot path), so each
-peer has exactly ONE request in flight (order per peer is preserved and a slow peer never
-delays another). ``send`` never blocks the driver thread:
-
-- coalescing: a heartbeat (or heartbeat response) replaces a queued, not-yet-sent one to the same
-  peer, in place — only the newest heartbeat carries information worth sending;
-- merging: an append that continues the append queued last for the same peer (same term, its
-  ``prev_index`` is that one's last index) is merged into it, within the batch caps (32 entries,
-  12 MiB), taking the higher commit index — while one append is in flight, the entries proposed
-  meanwhile leave together in the next request;
-- overflow: when the queue is full the OLDEST queued message is dropped (counted in ``dropped``):
-  the newest messages carry the newest term and commit index;
-- failure: a failed send (connection error, ambiguous send, non-202 status) drops that message
-  and everything queued behind it for that peer (it is stale by then; Raft's own heartbeats and
-  probes resend what still matters), then waits a short backoff. Nothing is ever retried by the
-  transport, and the connection never follows redirects nor retries by itself.
+Client side (``HttpTransport``): one ``PeerPipeline`` per peer (``peer_pipeline.py``: a bounded
+queue, a sender thread, one request in flight, heartbeats coalesced, contiguous appends merged,
+small requests written directly by the driver when the pipeline is idle) over one kept-alive
+``PeerConnection`` (the lean HTTP/1.1 client of the hot path). ``send`` never blocks the driver
+thread. A failed send drops the message and what is queued behind it; nothing is retried by
+the transport, and the connection never follows redirects nor retries by itself.
 
 A peer answering 403 ``contract_mismatch`` is logged at ERROR with the same once-per-peer-per-
 minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limited too.
@@ -52,9 +41,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import falcon
@@ -62,13 +49,7 @@ import falcon
 from appliance.config.credentials import Secret
 from appliance.http import ApiError, ClientError, Response, create_app, read_body
 from appliance.http.peer_connection import PeerConnection
-from appliance.raft.codec import (
-    BATCH_ENTRIES_MAX,
-    BATCH_PAYLOAD_BYTES_MAX,
-    BODY_BYTES_MAX,
-    decode,
-    encode,
-)
+from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
 from appliance.raft.errors import CodecError, DigestMismatch
 from appliance.raft.messages import (
     AppendRequest,
@@ -78,6 +59,14 @@ from appliance.raft.messages import (
     Message,
     VoteRequest,
     VoteResponse,
+)
+from appliance.raft.peer_pipeline import (
+    ANSWERED,
+    DELIVERED,
+    FAILED,
+    NOT_NOW,
+    PeerPipeline,
+    PeerStats,
 )
 from appliance.raft.reply_slot import ANSWER_KINDS, ReplySlot
 
@@ -92,6 +81,8 @@ QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat)  # answered by one of A
 # How long a request waits for its answer (normally one follower fsync); below the client's
 # 2 s read timeout, so a slow disk costs a one-way answer later, never a failed send.
 REPLY_WAIT_S = 1.0
+# Larger requests are written by the sender thread: the driver must never wait on a socket.
+DIRECT_WRITE_BYTES_MAX = 64 * 1024
 PEER_QUEUE_MAX = 1024
 SEND_BACKOFF_S = 0.05
 MISMATCH_LOG_INTERVAL_S = 60.0
@@ -107,43 +98,6 @@ Clock = Callable[[], float]
 
 def path_for(message: Message) -> str:
     return VOTE_PATH if isinstance(message, VOTE_KINDS) else APPEND_PATH
-
-
-def coalesce_key_for(message: Message) -> str | None:
-    """Only the newest heartbeat (or heartbeat answer) to a peer is worth sending."""
-    if isinstance(message, Heartbeat):
-        return "heartbeat"
-    if isinstance(message, HeartbeatResponse):
-        return "heartbeat_response"
-    return None
-
-
-def merge_appends(queued: AppendRequest, later: AppendRequest) -> AppendRequest | None:
-    """``queued`` and ``later`` as one append, or None if ``later`` does not continue it.
-
-    Merging needs the same leader and term and ``later.prev_index`` equal to ``queued``'s last
-    index (with the matching term); the result stays within the batch caps. The higher commit
-    index is kept: a follower applies ``min(commit, last new index)`` either way."""
-    if (queued.sender, queued.to, queued.term) != (later.sender, later.to, later.term):
-        return None
-    last_index = queued.entries[-1].index if queued.entries else queued.prev_index
-    last_term = queued.entries[-1].term if queued.entries else queued.prev_term
-    if (later.prev_index, later.prev_term) != (last_index, last_term):
-        return None
-    entries = queued.entries + later.entries
-    if len(entries) > BATCH_ENTRIES_MAX:
-        return None
-    if sum(e.payload_bytes for e in entries) > BATCH_PAYLOAD_BYTES_MAX:
-        return None
-    return AppendRequest(
-        queued.sender,
-        queued.to,
-        queued.term,
-        queued.prev_index,
-        queued.prev_term,
-        entries,
-        max(queued.commit, later.commit),
-    )
 
 
 class RateLimitedLog:
@@ -282,113 +236,6 @@ def create_raft_app(
 # -- client side ---------------------------------------------------------------------------------
 
 
-@dataclass
-class PeerStats:
-    """Counters of one peer pipeline (read them for metrics; written under the pipeline lock)."""
-
-    queued: int = 0
-    sent: int = 0
-    failed: int = 0
-    dropped: int = 0  # overflow (oldest dropped) and stale messages drained after a failure
-    coalesced: int = 0  # a queued heartbeat replaced by a newer one
-    merged: int = 0  # an append merged into the one queued before it
-    answers: int = 0  # answers that came back in a response body
-
-
-class _PeerPipeline:
-    """One peer: a bounded queue and one sender thread, hence one request in flight."""
-
-    def __init__(
-        self,
-        peer: str,
-        connection: PeerConnection,
-        post: Callable[[PeerConnection, Message], bool | object],
-        queue_max: int,
-        backoff_s: float,
-    ) -> None:
-        self.peer = peer
-        self.connection = connection  # used by the sender thread only
-        self._post = post
-        self._queue_max = queue_max
-        self._backoff_s = backoff_s
-        self._queue: deque[Message] = deque()
-        self._cv = threading.Condition()
-        self._stopping = False
-        self.stats = PeerStats()
-        self._thread = threading.Thread(target=self._run, name=f"raft-send-{peer}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def put(self, message: Message) -> None:
-        key = coalesce_key_for(message)
-        with self._cv:
-            if self._stopping:
-                return
-            self.stats.queued += 1
-            if key is not None:
-                for position, queued in enumerate(self._queue):
-                    if coalesce_key_for(queued) == key:
-                        self._queue[position] = message
-                        self.stats.coalesced += 1
-                        return
-            if isinstance(message, AppendRequest) and self._queue:
-                tail = self._queue[-1]
-                merged = merge_appends(tail, message) if isinstance(tail, AppendRequest) else None
-                if merged is not None:
-                    self._queue[-1] = merged
-                    self.stats.merged += 1
-                    return
-            if len(self._queue) >= self._queue_max:
-                self._queue.popleft()
-                self.stats.dropped += 1
-            self._queue.append(message)
-            self._cv.notify()
-
-    def pending(self) -> int:
-        with self._cv:
-            return len(self._queue)
-
-    def stop(self, timeout_s: float) -> None:
-        with self._cv:
-            self._stopping = True
-            self.stats.dropped += len(self._queue)
-            self._queue.clear()
-            self._cv.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-        if not self._thread.is_alive():
-            self.connection.close()
-
-    def _next(self) -> Message | None:
-        with self._cv:
-            while not self._queue and not self._stopping:
-                self._cv.wait()
-            return None if self._stopping else self._queue.popleft()
-
-    def _run(self) -> None:
-        while (message := self._next()) is not None:
-            try:
-                delivered = self._post(self.connection, message)
-            except Exception:
-                log.exception("raft send to %s: unexpected error", self.peer)
-                delivered = False
-            with self._cv:
-                if delivered:
-                    self.stats.sent += 1
-                    self.stats.answers += delivered is ANSWERED
-                    continue
-                self.stats.failed += 1
-                self.stats.dropped += len(self._queue)  # stale now; Raft resends what matters
-                self._queue.clear()
-                if self._stopping:
-                    return
-                self._cv.wait(self._backoff_s)
-
-
-ANSWERED = object()  # what ``_post`` returns (truthy) when the response carried an answer
-
-
 class HttpTransport:
     """``Transport`` for the driver: ``send`` queues (never blocks); one pipeline per peer.
 
@@ -415,7 +262,7 @@ class HttpTransport:
         self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
         self._pipelines = {
-            peer: _PeerPipeline(peer, _connection_to(addr), self._post, peer_queue_max, backoff_s)
+            peer: PeerPipeline(peer, _connection_to(addr), self, peer_queue_max, backoff_s)
             for peer, addr in peers.items()
         }
 
@@ -449,24 +296,39 @@ class HttpTransport:
             return
         pipeline.put(message)
 
-    def _post(self, connection: PeerConnection, message: Message) -> bool | object:
+    # -- the pipelines' Exchange -----------------------------------------------------------------
+
+    def begin(self, connection: PeerConnection, message: Message, *, nowait: bool) -> str:
+        body = encode(message, self._digest)
+        headers = {"Content-Type": OCTET_STREAM}
+        try:
+            if not nowait:
+                connection.begin(path_for(message), body, headers=headers, bearer=self._token)
+            elif len(body) > DIRECT_WRITE_BYTES_MAX or not connection.begin_nowait(
+                path_for(message), body, headers=headers, bearer=self._token
+            ):
+                return NOT_NOW
+        except ClientError as exc:
+            self._report_failure(message.to, exc)
+            return FAILED
+        return DELIVERED
+
+    def finish(self, connection: PeerConnection, message: Message) -> str:
         peer = message.to
         try:
-            response = connection.post(
-                path_for(message),
-                encode(message, self._digest),
-                headers={"Content-Type": OCTET_STREAM},
-                bearer=self._token,
-            )
+            response = connection.finish()
         except ClientError as exc:
-            self._failures.report(f"send:{peer}", f"raft send to {peer} failed: {exc.reason}")
-            return False
+            self._report_failure(peer, exc)
+            return FAILED
         if response.status == 202:
-            return True
+            return DELIVERED
         if response.status == 200 and isinstance(message, QUESTION_KINDS):
-            return ANSWERED if self._take_answer(peer, response.body) else True
+            return ANSWERED if self._take_answer(peer, response.body) else DELIVERED
         self._report_refusal(peer, message, response)
-        return False
+        return FAILED
+
+    def _report_failure(self, peer: str, exc: ClientError) -> None:
+        self._failures.report(f"send:{peer}", f"raft send to {peer} failed: {exc.reason}")
 
     def _take_answer(self, peer: str, body: bytes) -> bool:
         """Feed an answer carried in a response body to the local driver, if it is one."""

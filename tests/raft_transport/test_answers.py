@@ -38,13 +38,9 @@ from appliance.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from appliance.raft.peer_pipeline import merge_appends
 from appliance.raft.reply_slot import ReplySlot
-from appliance.raft.transport import (
-    APPEND_PATH,
-    HttpTransport,
-    create_raft_app,
-    merge_appends,
-)
+from appliance.raft.transport import APPEND_PATH, HttpTransport, create_raft_app
 
 CLUSTER = "cluster-token-abcd"
 DIGEST = "d" * 64
@@ -367,3 +363,44 @@ def test_the_driver_closes_a_slot_whose_message_has_no_answer_and_sends_late_one
         assert transport.sent == [HeartbeatResponse("b", "a", 2, 2)]
     finally:
         driver.stop()
+
+
+# -- direct writes from the caller's thread ------------------------------------------------------
+
+
+def test_an_idle_warm_pipeline_writes_on_the_callers_thread_and_the_sender_reads() -> None:
+    inbox = AnsweringInbox(lambda m: HeartbeatResponse("b", "a", 4, m.read_seq))  # type: ignore[union-attr]
+    with serve(inbox) as server:
+        transport, received = transport_to(server)
+        transport.start()
+        try:
+            transport.send(Heartbeat("a", "b", 4, 0, 1))  # cold: the sender thread connects
+            wait_until(lambda: len(received) == 1, "the first answer")
+            wait_until(lambda: transport.pending("b") == 0, "an idle pipeline")
+            for seq in (2, 3, 4):
+                wait_until(lambda n=seq - 1: transport.stats("b").sent == n, "the last exchange")
+                transport.send(Heartbeat("a", "b", 4, 0, seq))
+            wait_until(lambda: len(received) == 4, "every answer")
+        finally:
+            transport.stop()
+    stats = transport.stats("b")
+    assert stats.direct == 3  # the three sent on the warm, idle connection
+    assert [m.read_seq for m in received] == [1, 2, 3, 4]  # type: ignore[union-attr]
+    assert [m.read_seq for m in inbox.questions] == [1, 2, 3, 4]  # type: ignore[union-attr]
+
+
+def test_a_large_request_is_left_to_the_sender_thread() -> None:
+    inbox = AnsweringInbox(lambda m: AppendResponse("b", "a", 4, True, m.prev_index + 1))  # type: ignore[union-attr]
+    big = AppendRequest("a", "b", 4, 1, 4, (entry(2, data=b"z" * (64 * 1024)),), 0)
+    with serve(inbox) as server:
+        transport, received = transport_to(server)
+        transport.start()
+        try:
+            transport.send(append(0, 1))
+            wait_until(lambda: transport.stats("b").sent == 1, "the warm-up exchange")
+            transport.send(big)
+            wait_until(lambda: len(received) == 2, "both answers")
+        finally:
+            transport.stop()
+    assert transport.stats("b").direct == 0
+    assert inbox.questions[1] == big

@@ -32,13 +32,13 @@ from appliance.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
+from appliance.raft.peer_pipeline import coalesce_key_for
 from appliance.raft.transport import (
     APPEND_PATH,
     STATUS_PATH,
     VOTE_PATH,
     HttpTransport,
     RateLimitedLog,
-    coalesce_key_for,
     create_raft_app,
     path_for,
 )
