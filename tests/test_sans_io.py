@@ -2,7 +2,7 @@
 
 They take time and randomness as arguments and return decisions; they never import a clock,
 threads, sockets, the SQLite driver or the HTTP stack, and never read the wall clock. Only the Raft
-package's driver and transport modules (and the reply slot they hand between their threads),
+package's driver and transport modules (with the per-peer parts and the reply slot they use),
 which exist to do I/O, are exempt.
 """
 
@@ -18,7 +18,14 @@ FORBIDDEN_MODULES = {
     "time", "threading", "socket", "random", "falcon", "apsw", "waitress", "subprocess",
     "asyncio", "os", "selectors", "multiprocessing", "urllib", "http",
 }
-IO_MODULE_NAMES = {"driver.py", "transport.py", "reply_slot.py"}
+# The Raft package's I/O side: the driver thread and the transport with its per-peer parts.
+IO_MODULE_NAMES = {
+    "driver.py",
+    "transport.py",
+    "reply_slot.py",
+    "peer_pipeline.py",
+    "peer_probe.py",
+}
 
 
 def core_files() -> list[Path]:

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 
 from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
 from appliance.raft.messages import EntryKind, Message
-from appliance.raft.node import RaftNode, Ready, SoftState
+from appliance.raft.node import RaftNode, Ready, Role, SoftState
 from appliance.raft.reply_slot import ANSWER_KINDS, ReplySlot
 from appliance.raft.send_order import may_send_before_persist
 from appliance.raft.storage import LogStorage
@@ -111,6 +111,7 @@ class RaftDriver:
         clock: Callable[[], float] = time.monotonic,
         on_fatal: Callable[[BaseException], None] | None = None,
         campaign_at_start: bool = False,
+        peer_gone: Callable[[str], bool] | None = None,
     ) -> None:
         if tick_ms < 1:
             raise ValueError("tick_ms must be positive")
@@ -123,6 +124,7 @@ class RaftDriver:
         self._clock = clock
         self._on_fatal = on_fatal
         self._campaign_at_start = campaign_at_start
+        self._peer_gone = peer_gone  # a follower asks it about its leader once per tick
         self._inbox: queue.Queue[tuple[Any, ...]] = queue.Queue(maxsize=inbox_max)
         self._proposals: dict[int, tuple[int, Future[Any]]] = {}  # index -> (term, future)
         self._reads: dict[int, Future[int]] = {}  # request id -> future
@@ -219,6 +221,8 @@ class RaftDriver:
                 except queue.Empty:
                     pass
                 now = self._clock()
+                if now >= next_tick:
+                    self._check_leader_alive()
                 ticks = 0
                 # A stall is real elapsed time: tick for it, but never more than an election's
                 # worth at once, and do not try to "catch up" beyond that.
@@ -233,6 +237,21 @@ class RaftDriver:
             self._die(exc)
         else:
             self._fail_all(DriverStopped("driver stopped"))
+
+    def _check_leader_alive(self) -> None:
+        node = self._node
+        leader = node.leader_id
+        if self._peer_gone is None or node.role is not Role.FOLLOWER or leader is None:
+            return
+        if self._peer_gone(leader):
+            log.warning(
+                "raft %s: leader %s's cluster port refuses connections (its process is gone): "
+                "campaigning early (term %d)",
+                node.id,
+                leader,
+                node.term,
+            )
+            node.leader_gone(leader)
 
     def _handle(self, item: tuple[Any, ...]) -> None:
         kind = item[0]

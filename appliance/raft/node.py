@@ -19,6 +19,10 @@ Roles swap the step and tick functions (``_become_*``), so each role's rules rea
   cannot inflate terms and depose a healthy leader when it returns;
 - leader stickiness (§4.2.3, §9.6): a voter that heard from a live leader within the minimum
   election timeout ignores (pre-)vote requests altogether;
+- a dead leader's process (the driver's ``leader_gone`` hint: its port refuses connections)
+  ends that lease at once and brings the follower's campaign forward to 2-5 ticks, so a crashed
+  leader is replaced in a fraction of an election timeout; a wrong hint is harmless (the other
+  voters still in their lease refuse the pre-vote);
 - check-quorum (§6.2): a leader that has not heard from a majority within an election timeout
   steps down, so a stale leader stops serving reads and accepting proposals;
 - a new leader appends a BARRIER no-op; entries are committed only by counting replicas of an
@@ -87,6 +91,10 @@ from appliance.raft.storage import LogStorage
 from appliance.raft.validation import check_node_id
 
 MiB = 1024 * 1024
+# After a leader_gone hint, campaign within this many ticks (inclusive range): randomized, so
+# the followers of a dead leader rarely split their votes, and at least two ticks, so a fellow
+# follower has had one tick to see the same hint and drop its lease before the pre-vote arrives.
+LEADER_GONE_CAMPAIGN_TICKS = (2, 5)
 
 
 class RandomSource(Protocol):
@@ -274,6 +282,24 @@ class RaftNode:
             )
         if self.role is not Role.LEADER:
             self._campaign()
+
+    def leader_gone(self, peer: str) -> None:
+        """The driver's hint that ``peer``'s process is gone (its cluster port refuses
+        connections): a follower of ``peer`` forgets it — so it no longer holds a lease that
+        would refuse its fellow followers' (pre-)votes — and campaigns within
+        ``LEADER_GONE_CAMPAIGN_TICKS`` ticks instead of a whole election timeout.
+
+        Only liveness changes: a wrong hint costs at most a pre-vote round that the voters
+        still hearing from the leader refuse (the lease), never safety."""
+        self._check_no_outstanding_ready()
+        if self.role is not Role.FOLLOWER or self.leader_id != peer or self.recovering:
+            return
+        if self._quiet_ticks_left > 0:
+            return
+        self.leader_id = None
+        low, high = LEADER_GONE_CAMPAIGN_TICKS
+        left = self._rng.randint(low, high)
+        self._election_elapsed = max(self._election_elapsed, self._randomized_timeout - left)
 
     def propose(self, data: bytes) -> tuple[int, int]:
         """Append a command; returns ``(term, index)``: committed once applied with that term."""

@@ -373,12 +373,17 @@ class HttpTransport:
             )
 
 
-def _connection_to(addr: str) -> PeerConnection:
-    """A connection to a peer's "host:port" (an IPv6 host in brackets)."""
+def host_port(addr: str) -> tuple[str, int]:
+    """A peer's "host:port" (an IPv6 host in brackets) as (host, port)."""
     host, _, port = addr.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _connection_to(addr: str) -> PeerConnection:
+    host, port = host_port(addr)
     return PeerConnection(
-        host.strip("[]"),
-        int(port),
+        host,
+        port,
         connect_timeout_ms=CONNECT_TIMEOUT_MS,
         read_timeout_ms=READ_TIMEOUT_MS,
         response_bytes_max=ANSWER_BYTES_MAX,

@@ -2,7 +2,8 @@
 
 One object owns the three moving parts and starts/stops them in a safe order: the cluster
 listener (Falcon + waitress on ``advertise_addr:cluster_port``, every route behind the cluster
-bearer), the HTTP transport to the peers, and the replication engine (``single`` when the config
+bearer), the HTTP transport to the peers (and the probe that tells a follower its leader's
+process is gone), and the replication engine (``single`` when the config
 names no peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` —
 the voter's ``RunnerStore`` in production.
 """
@@ -16,8 +17,9 @@ from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
 from appliance.http import HttpServer
 from appliance.raft.codec import BODY_BYTES_MAX
+from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, create_raft_app
+from appliance.raft.transport import HttpTransport, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
 
@@ -37,7 +39,9 @@ class RaftMember:
         voters = cfg.voters
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
         self.transport: HttpTransport | None = None
+        self.probe: PeerProbe | None = None
         if peers:
+            self.probe = PeerProbe({peer: host_port(addr) for peer, addr in peers.items()})
             self.transport = HttpTransport(
                 node_id=cfg.node_id,
                 peers=peers,
@@ -56,6 +60,7 @@ class RaftMember:
             election_timeout_max_ms=cfg.raft.election_timeout_max_ms,
             rng=random.Random(),
             on_fatal=on_fatal,
+            peer_gone=self.probe.gone if self.probe is not None else None,
         )
         known = {
             "cluster": credentials.cluster,
@@ -91,6 +96,8 @@ class RaftMember:
 
     def stop(self) -> None:
         self.replication.stop()
+        if self.probe is not None:
+            self.probe.close()  # the driver thread, its only user, has stopped
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()

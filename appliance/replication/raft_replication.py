@@ -44,6 +44,7 @@ class RaftReplication:
         election_timeout_max_ms: int = 2000,
         rng: random.Random | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
+        peer_gone: Callable[[str], bool] | None = None,
     ) -> None:
         config = RaftConfig(
             node_id=node_id,
@@ -62,6 +63,7 @@ class RaftReplication:
             tick_ms=heartbeat_ms,
             on_fatal=on_fatal,
             campaign_at_start=tuple(voters) == (node_id,),
+            peer_gone=peer_gone,
         )
         self.driver.subscribe(self._remember)
 

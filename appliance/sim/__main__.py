@@ -1,4 +1,5 @@
-"""``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]``.
+"""``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]
+[--leader-gone-hints]``.
 
 Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
 Exit status 1 if any seed failed.
@@ -23,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--safety-ms", type=int, default=SimOptions.safety_ms)
     parser.add_argument("--liveness-ms", type=int, default=SimOptions.liveness_ms_max)
+    parser.add_argument(
+        "--leader-gone-hints",
+        action="store_true",
+        help="followers learn at once that their leader's process is gone (as the driver's "
+        "probe tells them), and sometimes wrongly",
+    )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     args = parser.parse_args(argv)
     options = SimOptions(
@@ -30,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_classes=parse_fault_classes(args.faults),
         safety_ms=args.safety_ms,
         liveness_ms_max=args.liveness_ms,
+        leader_gone_hints=args.leader_gone_hints,
     )
     failures = 0
     totals = {
@@ -40,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "reads": 0,
         "disk_losses": 0,
         "recoveries": 0,
+        "leader_gone_hints": 0,
     }
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed, options)
@@ -50,6 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         totals["reads"] += result.reads_released
         totals["disk_losses"] += result.disk_losses
         totals["recoveries"] += result.recoveries_completed
+        totals["leader_gone_hints"] += result.leader_gone_hints
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
@@ -63,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  reproduce: python -m appliance.sim --seeds 1 --start {seed} "
                 f"--nodes {args.nodes} --faults {args.faults} --safety-ms {args.safety_ms} "
-                f"--liveness-ms {args.liveness_ms} --verbose"
+                f"--liveness-ms {args.liveness_ms}"
+                f"{' --leader-gone-hints' if args.leader_gone_hints else ''} --verbose"
             )
     print(
         f"{args.seeds} seeds from {args.start}, nodes={args.nodes}, faults={args.faults}: "

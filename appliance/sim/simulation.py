@@ -14,6 +14,10 @@ production driver's rule allows it (``appliance.raft.send_order``). A crash may 
 messages unless they already left early. A crash may also strike after the persist, part way
 through sending the batch's messages.
 
+With ``leader_gone_hints`` the sim also plays the driver's ``PeerProbe``: at each tick a follower
+whose leader's process is down is told so (``RaftNode.leader_gone``), and during the safety
+phase any follower is sometimes told so wrongly.
+
 A run has two phases. SAFETY: every enabled fault, while the checkers (``checkers.py``) watch
 election safety, log matching, leader completeness, state-machine safety and read
 linearizability. The ``disk`` fault takes one voter down and, a little later, wipes another
@@ -54,6 +58,7 @@ TICK_MS = 100
 FAULT_EVERY_MS_MAX = 2000
 CLIENT_EVERY_MS_MAX = 150
 LOG_MATCHING_EVERY_MS = 1000
+WRONG_HINT_RATE = 0.005  # per follower tick, with leader_gone_hints, safety phase only
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,10 @@ class SimOptions:
     batch_entries_max: int = 32
     # A wiped voter stays down this long at least (plus up to 6 s more).
     disk_recovery_ms_min: int = 50
+    # Model the production driver's PeerProbe: a follower whose leader's process is down gets
+    # RaftNode.leader_gone at its next tick, and (safety phase only) any follower sometimes
+    # gets a wrong one. Off by default so the documented seeds keep their exact runs.
+    leader_gone_hints: bool = False
 
 
 @dataclass
@@ -83,6 +92,7 @@ class SimResult:
     messages_sent: int = 0
     messages_dropped: int = 0
     reads_released: int = 0
+    leader_gone_hints: int = 0  # hints given (true ones and, in the safety phase, wrong ones)
     liveness_core: int = 0  # how many nodes the liveness phase healed (all, or a majority)
     faults: FaultSettings = field(default_factory=FaultSettings)
 
@@ -221,8 +231,10 @@ class Simulation:
                     truncate_from=ready.truncate_from,
                     entries=ready.stored_entries(),
                 )
-            if not send_first and not self._liveness and (
-                self.rng.random() < self.faults.crash_in_ready_rate
+            if (
+                not send_first
+                and not self._liveness
+                and (self.rng.random() < self.faults.crash_in_ready_rate)
             ):
                 # After the persist, part way through sending: the batch is durable, but only
                 # some peers (maybe none) hear of it. A leader dying here leaves entries only
@@ -269,12 +281,30 @@ class Simulation:
                 ticks = self.rng.randint(2, 2 * self.options.election_ticks_max)  # jump ahead
             elif roll < 0.02:
                 next_ms = self.rng.randint(2, 2 * self.options.election_ticks_max) * TICK_MS
+        if self.options.leader_gone_hints:
+            self._hint_leader_gone(replica)
+            if replica.node is None:
+                return
         for _ in range(ticks):
             replica.node.tick()
             self._process(replica)
             if replica.node is None:
                 return
         self._at(next_ms, "tick", data)
+
+    def _hint_leader_gone(self, replica: _Replica) -> None:
+        """What the driver's probe would say at this tick: the leader's process is gone."""
+        node = replica.node
+        leader = node.leader_id if node is not None else None
+        if node is None or node.role is not Role.FOLLOWER or leader is None:
+            return
+        gone = self.replicas[leader].node is None
+        if not gone and not self._liveness:
+            gone = self.rng.random() < WRONG_HINT_RATE
+        if gone:
+            self.result.leader_gone_hints += 1
+            node.leader_gone(leader)
+            self._process(replica)
 
     def _on_deliver(self, message: object) -> None:
         replica = self.replicas[message.to]  # type: ignore[attr-defined]

@@ -9,7 +9,14 @@ import time
 
 import pytest
 
-from appliance.raft import MemoryLogStorage, Message, RaftConfig, RaftNode, VoteRequest
+from appliance.raft import (
+    Heartbeat,
+    MemoryLogStorage,
+    Message,
+    RaftConfig,
+    RaftNode,
+    VoteRequest,
+)
 from appliance.raft.driver import DriverStopped, Overloaded, RaftDriver
 
 WAIT_S = 10.0
@@ -106,5 +113,33 @@ def test_proposals_queued_together_share_one_durable_write() -> None:
         assert results == list(range(2, 102))  # apply results in proposal order
         assert storage.persist_calls == 1  # vote, barrier and 100 entries: one transaction
         assert driver.status().applied_index == 101
+    finally:
+        driver.stop()
+
+
+def test_a_follower_whose_leader_is_gone_campaigns_early_and_says_why(caplog) -> None:  # type: ignore[no-untyped-def]
+    clock = ManualClock()
+    asked: list[str] = []
+
+    def peer_gone(peer: str) -> bool:
+        asked.append(peer)
+        return True
+
+    driver, transport, _ = make_driver(clock=clock, tick_ms=10, peer_gone=peer_gone)
+    driver.start()
+    try:
+        driver.deliver(Heartbeat("n2", "n1", 1, 0, 0))
+        wait_for(lambda: driver.status().leader_id == "n2", "n1 to follow n2")
+        with caplog.at_level("WARNING", logger="appliance.raft.driver"):
+            for _ in range(6):  # the hint's window is 2-5 ticks; the election timeout is 10+
+                clock.advance(0.01)
+                driver.deliver(Heartbeat("n9", "n1", 0, 0, 0))  # wakes the loop; ignored
+                time.sleep(0.01)
+            wait_for(
+                lambda: any(isinstance(m, VoteRequest) and m.pre_vote for m in transport.sent),
+                "an early pre-vote",
+            )
+        assert asked[0] == "n2"
+        assert "leader n2's cluster port refuses connections" in caplog.text
     finally:
         driver.stop()

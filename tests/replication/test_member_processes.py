@@ -121,6 +121,10 @@ def test_three_voter_processes_fail_over_and_the_killed_voter_catches_up(tmp_pat
             "a new leader of a higher term with its barrier committed",
         )
         assert second["node_id"] != old
+        # The survivors' probes saw the killed leader's port refuse connections, so they did not
+        # wait out an election timeout (RaftNode.leader_gone).
+        logs = [(tmp_path / f"{i}.log").read_text() for i in survivors]
+        assert any(f"leader {old}'s cluster port refuses connections" in text for text in logs)
 
         cluster.start(old)
         rejoined = cluster.wait(

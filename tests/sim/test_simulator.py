@@ -43,6 +43,35 @@ def test_100_seeds_of_five_voters_with_every_fault_have_no_violation() -> None:
     assert run_many(options, range(1000, 1100)) == []
 
 
+HINTED = SimOptions(nodes=3, fault_classes=frozenset(FAULT_CLASSES), leader_gone_hints=True)
+
+
+def test_500_seeds_with_leader_gone_hints_true_and_wrong_have_no_violation() -> None:
+    results = [run_seed(s, HINTED) for s in range(500)]
+    assert [f"seed {r.seed}: {r.violation}" for r in results if not r.ok] == []
+    assert sum(r.leader_gone_hints for r in results) > 500
+
+
+def test_100_seeds_of_five_voters_with_leader_gone_hints_have_no_violation() -> None:
+    five = SimOptions(nodes=5, fault_classes=frozenset(FAULT_CLASSES), leader_gone_hints=True)
+    assert run_many(five, range(100)) == []
+
+
+def test_a_leader_gone_hint_that_forgets_the_vote_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = raft_node.RaftNode.leader_gone
+
+    def forgetful(self, peer):  # type: ignore[no-untyped-def]
+        following = self.leader_id == peer
+        original(self, peer)
+        if following:
+            self.voted_for = None
+
+    monkeypatch.setattr(raft_node.RaftNode, "leader_gone", forgetful)
+    assert "election safety" in first_violation(HINTED, 300)
+
+
 def test_a_calm_network_elects_and_commits_every_seed() -> None:
     for seed in range(20):
         result = run_seed(seed, SimOptions(nodes=3))
@@ -182,8 +211,8 @@ def test_committing_an_older_terms_entry_by_counting_replicas_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Figure 3.7 (the paper's figure 8). Rare at random: it needs a leader that dies after
-    persisting but before sending (or, with the leader's early send, sending then dying before its
-fsync); seed 11 (all faults, 3 voters) reaches it."""
+    persisting but before sending (or, with the leader's early send, sending then dying before
+    its fsync); seed 11 (all faults, 3 voters) reaches it."""
     from appliance.raft import quorum
 
     def count_any_term(self):  # type: ignore[no-untyped-def]
