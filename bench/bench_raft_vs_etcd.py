@@ -124,6 +124,34 @@ def voter_main(config_path: str, client_port: int) -> int:
             inner_ms = (time.perf_counter() - started) * 1000
             resp.data = f"{index} {inner_ms:.4f}".encode()
 
+    class Load:
+        """Proposers as threads inside this process, as the runner proposes: no client hop."""
+
+        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+            spec = json.loads(req.bounded_stream.read(req.content_length or 0))
+            latencies: list[float] = []
+            failed = [0]
+
+            def proposer(p: int) -> None:
+                for n in range(spec["count"]):
+                    started = time.perf_counter()
+                    try:
+                        replication.propose(b"load-%d-%d" % (p, n), timeout_s=5)
+                    except Exception:
+                        failed[0] += 1
+                        continue
+                    latencies.append((time.perf_counter() - started) * 1000)
+
+            started = time.perf_counter()
+            count = spec["proposers"]
+            threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed_s = time.perf_counter() - started
+            resp.media = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+
     class Status:
         def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
             resp.media = replication.status()
@@ -131,6 +159,7 @@ def voter_main(config_path: str, client_port: int) -> int:
     app = falcon.App()
     app.add_route("/propose", Propose())
     app.add_route("/status", Status())
+    app.add_route("/load", Load())
     client = HttpServer(
         app,
         host="127.0.0.1",
@@ -183,6 +212,10 @@ class Cluster:
 
     def leader(self, client: Any) -> str | None:
         raise NotImplementedError
+
+    def load(self, client: Any, name: str, proposers: int, count: int) -> dict[str, Any] | None:
+        """Proposers inside member ``name`` (None: this side has no such mode)."""
+        return None
 
     def follows(self, client: Any, name: str) -> bool:
         """``name`` answers and follows a leader other than itself."""
@@ -250,6 +283,16 @@ class RaftCluster(Cluster):
             return False
         self.inner_ms.append(float(response.body.split()[1]))
         return True
+
+    def load(self, client: Any, name: str, proposers: int, count: int) -> dict[str, Any] | None:
+        body = json.dumps({"proposers": proposers, "count": count}).encode()
+        response = client.request(
+            "POST", self.url(name, "/load"), body=body, read_timeout_ms=120_000
+        )
+        if response.status != 200:
+            raise RuntimeError(f"{self.label}: in-process load failed: {response.status}")
+        result: dict[str, Any] = response.json()
+        return result
 
     def leader(self, client: Any) -> str | None:
         from appliance.http import ClientError
@@ -400,6 +443,8 @@ def measure_side(
         throughput = committed / (time.perf_counter() - started)
         par_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / max(1, committed)
 
+        inproc = measure_in_process(cluster, client, leader, procs, sequential, parallel)
+
         failover_ms = []
         for n in range(failovers):
             if n:  # the member killed last time rejoins first: always three members up
@@ -418,8 +463,37 @@ def measure_side(
         "inner_p50_ms": inner_p50_ms,
         "par_cpu_ms": par_cpu_ms,
         "failover_ms": statistics.median(failover_ms),
+        "inproc": inproc,
         "failover_each_ms": failover_ms,
         "load": (load_before, loadavg()),
+    }
+
+
+def measure_in_process(
+    cluster: Cluster,
+    client: Any,
+    leader: str,
+    procs: list[subprocess.Popen[bytes]],
+    sequential: int,
+    parallel: int,
+) -> dict[str, float] | None:
+    """The same two loads with the proposers inside the leader (how the runner proposes)."""
+    cpu_before = cpu_s(procs)
+    seq = cluster.load(client, leader, 1, sequential)
+    if seq is None:
+        return None
+    seq_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / max(1, len(seq["latencies_ms"]))
+    cpu_before = cpu_s(procs)
+    par = cluster.load(client, leader, 8, parallel // 8)
+    assert par is not None
+    committed = len(par["latencies_ms"])
+    return {
+        "p50_ms": statistics.median(seq["latencies_ms"]),
+        "p99_ms": percentile(seq["latencies_ms"], 99),
+        "throughput_per_s": committed / par["elapsed_s"],
+        "failed": seq["failed"] + par["failed"],
+        "seq_cpu_ms": seq_cpu_ms,
+        "par_cpu_ms": (cpu_s(procs) - cpu_before) * 1000 / max(1, committed),
     }
 
 
@@ -559,6 +633,14 @@ def fmt_side(name: str, r: dict[str, Any]) -> str:
     )
 
 
+def fmt_inproc(name: str, r: dict[str, Any]) -> str:
+    i = r["inproc"]
+    return (
+        f"| {name} | {i['p50_ms']:.2f} | {i['p99_ms']:.2f} | {i['throughput_per_s']:.0f} | "
+        f"{i['seq_cpu_ms']:.2f} / {i['par_cpu_ms']:.2f} |"
+    )
+
+
 def fmt_floor(f: dict[str, float]) -> str:
     return ", ".join(f"{k} {v:.3f}" for k, v in f.items())
 
@@ -596,6 +678,8 @@ def main() -> None:
                 r = measure_side(kind(Path(tmp)), args.sequential, args.parallel, args.failovers)
             results[side].append(r)
             print(f"round {round_ + 1} {fmt_side(side, r)}", flush=True)
+            if r.get("inproc"):
+                print(f"round {round_ + 1} in-process {fmt_inproc(side, r)}", flush=True)
     report(results, floors)
 
 
@@ -652,6 +736,7 @@ def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, floa
         else:
             verdict = "met" if met else "NOT met"
         print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ratio:.2f} | {target} | {verdict} |")
+    report_in_process(results)
     p50 = med(raft, "p50_ms")
     line = (
         f"raft p50 / floor (SQLite) = {p50 / floor['floor_sqlite_ms']:.2f}, "
@@ -664,6 +749,33 @@ def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, floa
             f"/ floor (SQLite) = {e50 / floor['floor_sqlite_ms']:.2f}"
         )
     print(line)
+
+
+def report_in_process(results: dict[str, list[dict[str, Any]]]) -> None:
+    """The built-in Raft as the runner uses it (proposals from threads inside the leader) next
+    to etcd as the runner's etcd backend uses it (an HTTP client)."""
+    rows = [r for r in results["raft"] if r.get("inproc")]
+    if not rows:
+        return
+    print()
+    print("Raft with the proposers inside the leader (no client hop; how the runner proposes):")
+    print("| side | seq p50 ms | seq p99 ms | 8 proposers /s | CPU ms per commit (seq / 8) |")
+    print("|---|---|---|---|---|")
+    for i, r in enumerate(rows):
+        print(fmt_inproc(f"raft round {i + 1}", r))
+    if not results["etcd"]:
+        return
+    inner = {k: statistics.median(r["inproc"][k] for r in rows) for k in rows[0]["inproc"]}
+    print()
+    print("| median of rounds | raft, in-process proposers | etcd, HTTP client | raft / etcd |")
+    print("|---|---|---|---|")
+    for name, key in (
+        ("sequential p50 ms", "p50_ms"),
+        ("sequential p99 ms", "p99_ms"),
+        ("throughput, 8 proposers /s", "throughput_per_s"),
+    ):
+        theirs = med(results["etcd"], key)
+        print(f"| {name} | {inner[key]:.2f} | {theirs:.2f} | {inner[key] / theirs:.2f} |")
 
 
 if __name__ == "__main__":

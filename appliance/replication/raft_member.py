@@ -85,6 +85,9 @@ class RaftMember:
             port=cfg.cluster_port,
             name=f"raft {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
+            # Each peer may hold one worker while its request waits for our answer (one
+            # driver cycle); four more serve status reads and one-way messages meanwhile.
+            threads=4 + len(peers),
         )
 
     def start(self) -> None:
