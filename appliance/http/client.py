@@ -32,7 +32,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import select
 import socket
 import ssl
 import threading
@@ -44,6 +43,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from appliance.config.credentials import Secret
+from appliance.http.polling import STALE_EVENTS, has_events
 
 log = logging.getLogger("appliance.http.client")
 
@@ -135,27 +135,14 @@ class _Idle:
     since_s: float
 
 
-# Anything but "nothing to read" on an idle connection means: do not reuse it.
-_STALE_EVENTS = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
-
-
 def _is_stale(conn: http.client.HTTPConnection) -> bool:
-    """True if the peer closed (EOF pending) or sent unsolicited bytes; both mean: do not reuse.
-
-    A zero-timeout ``poll`` on the one descriptor: cheaper than ``select`` on the request path
-    (no fd_set built per call) and without its FD_SETSIZE limit, under which a process holding
-    more than 1024 descriptors would have discarded every pooled connection as unusable."""
+    """True if the peer closed (EOF pending) or sent unsolicited bytes; both mean: do not reuse."""
     sock = conn.sock
     if sock is None:
         return True
     if isinstance(sock, ssl.SSLSocket) and sock.pending():
         return True
-    try:
-        poller = select.poll()
-        poller.register(sock.fileno(), _STALE_EVENTS)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return True
+    return has_events(sock, STALE_EVENTS)
 
 
 class HttpClient:

@@ -23,7 +23,6 @@ response — possibly on another thread, handed over under the owner's lock.
 from __future__ import annotations
 
 import contextlib
-import select
 import socket
 from collections.abc import Mapping
 
@@ -35,11 +34,11 @@ from appliance.http.client import (
     ResponseTooLarge,
     describe_connect_error,
 )
+from appliance.http.polling import STALE_EVENTS, has_events
 
 HEAD_BYTES_MAX = 16 * 1024  # status line + headers of a response
 RECV_BYTES = 64 * 1024
 _BODILESS = (204, 304)
-_STALE_EVENTS = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
 
 
 class PeerConnection:
@@ -188,14 +187,7 @@ class PeerConnection:
 
     def _is_stale(self, sock: socket.socket) -> bool:
         """The peer closed the idle connection, or sent bytes nobody asked for."""
-        if self._buffer:
-            return True
-        try:
-            poller = select.poll()
-            poller.register(sock.fileno(), _STALE_EVENTS)
-            return bool(poller.poll(0))
-        except (OSError, ValueError):
-            return True
+        return bool(self._buffer) or has_events(sock, STALE_EVENTS)
 
     def _connect(self) -> socket.socket:
         try:

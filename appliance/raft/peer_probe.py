@@ -18,13 +18,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import ipaddress
-import select
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-_CLOSED_EVENTS = select.POLLIN | select.POLLPRI | select.POLLERR | select.POLLHUP | select.POLLNVAL
-_CONNECTED_EVENTS = select.POLLOUT | select.POLLERR | select.POLLHUP
+from appliance.http.polling import CONNECTED_EVENTS, STALE_EVENTS, has_events
+
 # A connect still pending after this many checks (a host that drops SYNs) is started over.
 CONNECT_CHECKS_MAX = 20
 
@@ -47,7 +46,7 @@ class PeerProbe:
         if address is None:
             return False
         link = self._links.get(peer)
-        if link is not None and link.connected and _ready(link.sock, _CLOSED_EVENTS):
+        if link is not None and link.connected and has_events(link.sock, STALE_EVENTS):
             self._drop(peer)  # end of stream (or bytes nobody asked for): reconnect
             link = None
         if link is None:
@@ -82,7 +81,7 @@ class PeerProbe:
         if link.checks > CONNECT_CHECKS_MAX:
             self._drop(peer)
             return False
-        if not _ready(link.sock, _CONNECTED_EVENTS):
+        if not has_events(link.sock, CONNECTED_EVENTS):
             return False
         code = link.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if code == 0:
@@ -104,12 +103,3 @@ def _is_ip_literal(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _ready(sock: socket.socket, events: int) -> bool:
-    try:
-        poller = select.poll()
-        poller.register(sock.fileno(), events)
-        return bool(poller.poll(0))
-    except (OSError, ValueError):
-        return True
