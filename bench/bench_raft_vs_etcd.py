@@ -8,6 +8,9 @@ Both sides run as three separate processes with fsync on and their default timer
   answer once it is committed and applied; 421 when not leader) on its own port.
 - etcd: ``etcd`` three times with its defaults (heartbeat 100 ms, election 1 s, fsync on); the
   client uses its HTTP/JSON gateway (``POST /v3/kv/put``).
+- pysyncobj (optional second peer, a Python Raft; the ``bench`` extra installs it): three nodes
+  at its defaults (append period 100 ms, election 0.4-1.4 s; its journal is never fsynced)
+  behind the same client endpoint as the Raft voters.
 
 Both clients are the same pooled keep-alive ``HttpClient`` in this process, talking to the
 leader. Measured per side: sequential commit latency (p50, p99), throughput with 8 concurrent
@@ -23,13 +26,15 @@ transport uses. Results and their reading: docs/bench-raft.md.
     .venv/bin/python bench/bench_raft_vs_etcd.py [--rounds 3] [--failovers 4]
         [--sequential 300] [--parallel 2000] [--floor-samples 300]
 
-The etcd side is skipped with a message when no ``etcd`` binary is found; nothing is installed.
+The etcd side is skipped with a message when no ``etcd`` binary is found, the pysyncobj side
+when the package is missing; nothing is installed.
 """
 
 from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import json
 import os
 import shutil
@@ -78,14 +83,95 @@ def loadavg() -> float:
 # -- the voter process -------------------------------------------------------------------------
 
 
-def voter_main(config_path: str, client_port: int) -> int:
-    """One Raft voter plus its bench client endpoint; runs until SIGTERM."""
+class NotLeaderHere(Exception):
+    """A voter's propose refused because another voter leads (the client endpoint says 421)."""
+
+
+def serve_bench_client(
+    propose: Callable[[bytes], Any],
+    status: Callable[[], dict[str, Any]],
+    client_port: int,
+) -> Any:
+    """The bench-only client endpoint of a voter process: ``POST /propose`` (answer once the
+    body is committed and applied; 421 when not leader), ``POST /load`` (proposers as threads
+    inside this process, as the runner proposes: no client hop) and ``GET /status``."""
     import falcon
 
+    from appliance.http import HttpServer
+
+    class Propose:
+        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+            body = req.bounded_stream.read(req.content_length or 0)
+            started = time.perf_counter()
+            try:
+                index = propose(body)
+            except NotLeaderHere:
+                resp.status = falcon.HTTP_421
+                resp.data = b""
+                return
+            except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
+                resp.status = falcon.HTTP_503
+                resp.data = repr(exc).encode()
+                return
+            # the commit as the leader itself sees it: without the bench client's HTTP hop
+            inner_ms = (time.perf_counter() - started) * 1000
+            resp.data = f"{index} {inner_ms:.4f}".encode()
+
+    class Load:
+        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+            spec = json.loads(req.bounded_stream.read(req.content_length or 0))
+            latencies: list[float] = []
+            failed = [0]
+
+            def proposer(p: int) -> None:
+                for n in range(spec["count"]):
+                    started = time.perf_counter()
+                    try:
+                        propose(b"load-%d-%d" % (p, n))
+                    except Exception:
+                        failed[0] += 1
+                        continue
+                    latencies.append((time.perf_counter() - started) * 1000)
+
+            started = time.perf_counter()
+            count = spec["proposers"]
+            threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            elapsed_s = time.perf_counter() - started
+            resp.media = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+
+    class Status:
+        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+            resp.media = status()
+
+    app = falcon.App()
+    app.add_route("/propose", Propose())
+    app.add_route("/status", Status())
+    app.add_route("/load", Load())
+    return HttpServer(
+        app,
+        host="127.0.0.1",
+        port=client_port,
+        name="bench client",
+        body_bytes_max=65536,
+        threads=16,
+    )
+
+
+def run_until_signalled(stop: threading.Event) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    stop.wait()
+
+
+def voter_main(config_path: str, client_port: int) -> int:
+    """One Raft voter plus its bench client endpoint; runs until SIGTERM."""
     from appliance.config.contract import contract_digest, sealed_contract
     from appliance.config.credentials import resolve_runner_credentials
     from appliance.config.runner import load_runner_config
-    from appliance.http import HttpServer
     from appliance.raft import NotLeader
     from appliance.replication.raft_member import RaftMember
     from appliance.store.runner_store import RunnerStore
@@ -106,76 +192,59 @@ def voter_main(config_path: str, client_port: int) -> int:
     )
     replication = member.replication
 
-    class Propose:
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            body = req.bounded_stream.read(req.content_length or 0)
-            started = time.perf_counter()
-            try:
-                index = replication.propose(body, timeout_s=5)
-            except NotLeader:
-                resp.status = falcon.HTTP_421
-                resp.data = b""
-                return
-            except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
-                resp.status = falcon.HTTP_503
-                resp.data = repr(exc).encode()
-                return
-            # the commit as the leader itself sees it: without the bench client's HTTP hop
-            inner_ms = (time.perf_counter() - started) * 1000
-            resp.data = f"{index} {inner_ms:.4f}".encode()
+    def propose(body: bytes) -> Any:
+        try:
+            return replication.propose(body, timeout_s=5)
+        except NotLeader:
+            raise NotLeaderHere() from None
 
-    class Load:
-        """Proposers as threads inside this process, as the runner proposes: no client hop."""
-
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            spec = json.loads(req.bounded_stream.read(req.content_length or 0))
-            latencies: list[float] = []
-            failed = [0]
-
-            def proposer(p: int) -> None:
-                for n in range(spec["count"]):
-                    started = time.perf_counter()
-                    try:
-                        replication.propose(b"load-%d-%d" % (p, n), timeout_s=5)
-                    except Exception:
-                        failed[0] += 1
-                        continue
-                    latencies.append((time.perf_counter() - started) * 1000)
-
-            started = time.perf_counter()
-            count = spec["proposers"]
-            threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed_s = time.perf_counter() - started
-            resp.media = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
-
-    class Status:
-        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-            resp.media = replication.status()
-
-    app = falcon.App()
-    app.add_route("/propose", Propose())
-    app.add_route("/status", Status())
-    app.add_route("/load", Load())
-    client = HttpServer(
-        app,
-        host="127.0.0.1",
-        port=client_port,
-        name="bench client",
-        body_bytes_max=65536,
-        threads=16,
-    )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    client = serve_bench_client(propose, replication.status, client_port)
     member.start()
     client.start()
-    stop.wait()
+    run_until_signalled(stop)
     client.stop()
     member.stop()
     store.close()
+    return 0
+
+
+def pysyncobj_voter_main(spec_path: str, client_port: int) -> int:
+    """One pysyncobj node (a Python Raft; journal in an mmap file, no fsync) plus the same
+    bench client endpoint; runs until SIGTERM."""
+    from pysyncobj import SyncObj, SyncObjConf, replicated
+
+    spec = json.loads(Path(spec_path).read_text())
+
+    class Counter(SyncObj):  # type: ignore[misc]
+        def __init__(self) -> None:
+            conf = SyncObjConf(
+                journalFile=spec["journal"], dynamicMembershipChange=False
+            )  # pysyncobj's default timers: election 0.4-1.4 s, append period 50 ms
+            super().__init__(spec["self"], spec["partners"], conf)
+            self._count = 0
+
+        @replicated  # type: ignore[misc]
+        def put(self, value: bytes) -> int:
+            self._count += 1
+            return self._count
+
+    node = Counter()
+
+    def propose(body: bytes) -> Any:
+        if not node._isLeader():
+            raise NotLeaderHere()
+        return node.put(body, sync=True, timeout=5)
+
+    def status() -> dict[str, Any]:
+        leader = node._getLeader()
+        role = "leader" if node._isLeader() else "follower"
+        return {"role": role, "leader_id": str(leader) if leader is not None else None}
+
+    client = serve_bench_client(propose, status, client_port)
+    client.start()
+    run_until_signalled(threading.Event())
+    client.stop()
+    node.destroy()
     return 0
 
 
@@ -317,6 +386,29 @@ class RaftCluster(Cluster):
             return False
         status = response.json()
         return bool(status.get("role") == "follower" and status.get("leader_id"))
+
+
+class PySyncObjCluster(RaftCluster):
+    """pysyncobj, a Python Raft, behind the same bench client endpoint (no fsync: its journal
+    is an mmap file it never syncs)."""
+
+    label = "pysyncobj"
+
+    def start(self) -> None:
+        raft_ports = dict(zip(IDS, free_ports(3), strict=True))
+        self.client_port = dict(zip(IDS, free_ports(3), strict=True))
+        self.members = list(IDS)
+        for node_id in IDS:
+            spec = {
+                "self": f"127.0.0.1:{raft_ports[node_id]}",
+                "partners": [f"127.0.0.1:{raft_ports[o]}" for o in IDS if o != node_id],
+                "journal": str(self.root / f"{node_id}.journal"),
+            }
+            path = self.root / f"{node_id}-pysyncobj.json"
+            path.write_text(json.dumps(spec))
+            argv = [sys.executable, __file__, "--pysyncobj-voter", str(path)]
+            argv += ["--client-port", str(self.client_port[node_id])]
+            self._spawn(node_id, argv, {**os.environ, "PYTHONPATH": str(REPO)})
 
 
 class EtcdCluster(Cluster):
@@ -648,6 +740,7 @@ def fmt_floor(f: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--voter", help=argparse.SUPPRESS)
+    parser.add_argument("--pysyncobj-voter", help=argparse.SUPPRESS)
     parser.add_argument("--client-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sequential", type=int, default=300)
@@ -657,25 +750,33 @@ def main() -> None:
     args = parser.parse_args()
     if args.voter:
         sys.exit(voter_main(args.voter, args.client_port))
+    if args.pysyncobj_voter:
+        sys.exit(pysyncobj_voter_main(args.pysyncobj_voter, args.client_port))
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    have_etcd = os.path.exists(ETCD)
-    if not have_etcd:
+    sides = ["raft"]
+    if os.path.exists(ETCD):
+        sides.append("etcd")
+    else:
         print(f"etcd not found ({ETCD}): the etcd side is skipped (apt-get install etcd-server)")
-    results: dict[str, list[dict[str, Any]]] = {"raft": [], "etcd": []}
+    if importlib.util.find_spec("pysyncobj") is not None:
+        sides.append("pysyncobj")
+    else:
+        print("pysyncobj not installed: that side is skipped (pip install -e '.[bench]')")
+    kinds = {"raft": RaftCluster, "etcd": EtcdCluster, "pysyncobj": PySyncObjCluster}
+    results: dict[str, list[dict[str, Any]]] = {side: [] for side in kinds}
     floors = []
     print(f"rounds={args.rounds} sequential={args.sequential} parallel={args.parallel}")
     for round_ in range(args.rounds):
-        order = ["raft", "etcd"] if round_ % 2 == 0 else ["etcd", "raft"]
+        shift = round_ % len(sides)
+        order = sides[shift:] + sides[:shift]  # each side goes first in turn
         for side in order:
-            if side == "etcd" and not have_etcd:
-                continue
             with tempfile.TemporaryDirectory() as tmp:
                 # the floor right before each side: the disk is shared, its speed drifts
                 floors.append(measure_floor(Path(tmp), args.floor_samples))
                 print(f"round {round_ + 1} floor {fmt_floor(floors[-1])}", flush=True)
-                kind = RaftCluster if side == "raft" else EtcdCluster
-                r = measure_side(kind(Path(tmp)), args.sequential, args.parallel, args.failovers)
+                cluster = kinds[side](Path(tmp))
+                r = measure_side(cluster, args.sequential, args.parallel, args.failovers)
             results[side].append(r)
             print(f"round {round_ + 1} {fmt_side(side, r)}", flush=True)
             if r.get("inproc"):
@@ -685,6 +786,10 @@ def main() -> None:
 
 def med(rows: list[dict[str, Any]], key: str) -> float:
     return statistics.median(r[key] for r in rows)
+
+
+def med_inproc(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r["inproc"][key] for r in rows)
 
 
 def pooled_failover(rows: list[dict[str, Any]]) -> float:
@@ -737,6 +842,7 @@ def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, floa
             verdict = "met" if met else "NOT met"
         print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ratio:.2f} | {target} | {verdict} |")
     report_in_process(results)
+    report_python_peer(results)
     p50 = med(raft, "p50_ms")
     line = (
         f"raft p50 / floor (SQLite) = {p50 / floor['floor_sqlite_ms']:.2f}, "
@@ -776,6 +882,37 @@ def report_in_process(results: dict[str, list[dict[str, Any]]]) -> None:
     ):
         theirs = med(results["etcd"], key)
         print(f"| {name} | {inner[key]:.2f} | {theirs:.2f} | {inner[key] / theirs:.2f} |")
+
+
+def report_python_peer(results: dict[str, list[dict[str, Any]]]) -> None:
+    """The built-in Raft (fsync on) next to pysyncobj (a Python Raft, fsync off)."""
+    theirs = results["pysyncobj"]
+    if not theirs:
+        return
+    print()
+    print("pysyncobj (a Python Raft; its journal is never fsynced), same rounds:")
+    for i, r in enumerate(theirs):
+        print(fmt_side(f"pysyncobj round {i + 1}", r))
+        print(fmt_inproc(f"pysyncobj round {i + 1}, in-process", r))
+    ours = results["raft"]
+    print()
+    print("| median of rounds | raft | pysyncobj | raft / pysyncobj |")
+    print("|---|---|---|---|")
+    for name, get in (
+        ("sequential p50 ms, HTTP client", lambda rs: med(rs, "p50_ms")),
+        ("throughput /s, HTTP client", lambda rs: med(rs, "throughput_per_s")),
+        (
+            "sequential p50 ms, in-process",
+            lambda rs: statistics.median(r["inproc"]["p50_ms"] for r in rs),
+        ),
+        (
+            "throughput /s, in-process",
+            lambda rs: statistics.median(r["inproc"]["throughput_per_s"] for r in rs),
+        ),
+        ("failover ms (all samples)", pooled_failover),
+    ):
+        a, b = get(ours), get(theirs)
+        print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
 
 
 if __name__ == "__main__":
