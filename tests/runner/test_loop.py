@@ -245,8 +245,10 @@ def test_a_confirmed_failure_retries_after_the_delay_as_the_next_attempt() -> No
         assert [b["attempt"] for kind, b in v.worker.calls if kind == "exec"] == [1, 2]
 
 
-class LosesOneClaimAnswer:
-    """Replication whose first claim commits but whose answer is lost (a proposal timeout)."""
+class LosesOneAnswer:
+    """Replication whose first ``command`` commits but whose answer is lost (a timeout)."""
+
+    command = ""
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
@@ -254,7 +256,7 @@ class LosesOneClaimAnswer:
 
     def propose(self, command: bytes, *, timeout_s: float) -> object:
         result = self.inner.propose(command, timeout_s=timeout_s)  # type: ignore[attr-defined]
-        if b'"command":"ClaimOccurrence"' in command and not self.lost:
+        if f'"command":"{self.command}"'.encode() in command and not self.lost:
             self.lost += 1
             raise TimeoutError("the answer was lost")
         return result
@@ -263,15 +265,52 @@ class LosesOneClaimAnswer:
         return getattr(self.inner, name)
 
 
-def test_a_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
-    with Voter(wrap=LosesOneClaimAnswer) as v:
+class LosesOneClaimAnswer(LosesOneAnswer):
+    command = "ClaimOccurrence"
+
+
+class LosesOneObserveAndClaimAnswer(LosesOneAnswer):
+    command = "ObserveAndClaim"
+
+
+def execs_of(v: Voter, occurrence_id: int) -> int:
+    return [b["occurrence_id"] for kind, b in v.worker.calls if kind == "exec"].count(occurrence_id)
+
+
+def test_the_observation_claims_what_it_created_in_the_same_commit() -> None:
+    with Voter() as v:
         create(v, overlap="Concurrent")
         v.advance_to(T0 + 60)
+        v.wait_state(1, "Succeeded")
+        claims = v.events("claim")
+        assert [(c["occurrence"], c["with_observation"]) for c in claims] == [(1, True)]
+        assert execs_of(v, 1) == 1
+
+
+def test_a_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
+    # Queue with two slots at once: the observation leaves both Pending (not its only live
+    # record), so the head is claimed by ClaimOccurrence, whose answer is lost.
+    catch_up = {"CatchUp": {"cap": 5}}
+    with Voter(wrap=LosesOneClaimAnswer) as v:
+        create(v, overlap="Queue", missed=catch_up)
+        v.advance_to(T0 + 120)
         wait_until(lambda: v.events("claim_uncertain"), "the uncertain claim")
+        v.advance_to(T0 + 180)  # the next commit lets the loop adopt the committed claim
+        for occurrence_id in (1, 2, 3):
+            v.wait_state(occurrence_id, "Succeeded")
+        assert execs_of(v, 1) == 1
+        assert [e["occurrence"] for e in v.events("claim_adopted")] == [1]
+
+
+def test_a_folded_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
+    with Voter(wrap=LosesOneObserveAndClaimAnswer) as v:
+        create(v, overlap="Concurrent")
+        v.advance_to(T0 + 60)
+        wait_until(lambda: v.events("proposal_uncertain"), "the uncertain observation")
         v.advance_to(T0 + 120)  # the next commit lets the loop adopt the committed claim
         v.wait_state(1, "Succeeded")
         v.wait_state(2, "Succeeded")
-        assert [b["occurrence_id"] for kind, b in v.worker.calls if kind == "exec"].count(1) == 1
+        assert execs_of(v, 1) == 1
         assert [e["occurrence"] for e in v.events("claim_adopted")] == [1]
 
 
