@@ -824,7 +824,10 @@ class Runner:
 
     def _admit(self, binding: dict[str, Any], incarnation: str, answer: Future[Any]) -> None:
         """Propose ``Admit`` off the loop thread, so concurrent permit requests share Raft
-        appends; the answer is given on the loop thread once the outcome is known."""
+        appends. A committed outcome (granted or refused) is answered as soon as it is known,
+        from the proposing thread: the answer depends only on the applied result, and the
+        worker is waiting for it on the launch path. Everything else (logging, the dirty flag,
+        not-owner and uncertain outcomes, which touch loop state) happens on the loop thread."""
         if self.epoch is None:
             self._answer_admission(binding, answer, self._not_owner_answer("not the owner"))
             return
@@ -834,7 +837,10 @@ class Runner:
             return
 
         def done(future: Future[Any]) -> None:
-            self._queue.put(("admit_done", binding, answer, future.result()))
+            outcome = future.result()
+            if isinstance(outcome, Accepted | Refused) and not answer.done():
+                answer.set_result(ownership.admit_answer(outcome))
+            self._queue.put(("admit_done", binding, answer, outcome))
 
         self._proposer.submit(self._raw_propose, command).add_done_callback(done)
 

@@ -49,6 +49,29 @@ def test_the_same_incarnation_gets_the_same_permit_and_another_is_refused() -> N
         assert status == 403 and body["error"]["code"] == "binding_mismatch"
 
 
+def test_a_committed_permit_is_answered_without_waiting_for_the_loop() -> None:
+    with Voter() as v:
+        v.worker.on_observe = lambda eid: ObserveResult("running")
+        create(v)
+        v.advance_to(T0 + 60)
+        wait_until(lambda: v.worker.admissions, "the first admission")
+        binding = v.worker.calls[0][1]
+        release = threading.Event()
+        original = v.runner._admit_done
+
+        def stuck(*args: object) -> None:  # the loop is busy right after the commit
+            release.wait(10.0)
+            original(*args)  # type: ignore[arg-type]
+
+        v.runner._admit_done = stuck  # type: ignore[method-assign]
+        try:
+            status, body = v.runner.admit(binding, "inc-1")  # answered while the loop waits
+            assert status == 200 and body["existing"] is True
+        finally:
+            release.set()
+        wait_until(lambda: len(v.events("admission")) >= 2, "the admission logged by the loop")
+
+
 def test_an_ambiguous_dispatch_is_unknown_and_never_dispatched_again() -> None:
     with Voter() as v:
         v.worker.on_exec = lambda b: ExecResult("uncertain", detail="ambiguous send")
