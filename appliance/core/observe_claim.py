@@ -64,12 +64,16 @@ class ObserveAndClaim:
 
 
 @dataclass(frozen=True)
-class ObservedAndClaimed:
-    """The value of an applied :class:`ObserveAndClaim`."""
+class ObservedAndClaimed(ObserveReport):
+    """The value of an applied :class:`ObserveAndClaim`: the observation's report (so whatever
+    reads observation results reads this one too), and the claims made with it."""
 
-    report: ObserveReport
     claimed: tuple[Occurrence, ...]  # Running now, bound; the owner dispatches exactly these
     unclaimed: tuple[tuple[int, str], ...]  # (occurrence id, why it stays Pending)
+
+    @property
+    def report(self) -> ObserveReport:
+        return ObserveReport(self.created, self.dropped, self.ignored, self.retired)
 
 
 def _binding(txn: Txn, cmd: ObserveAndClaim, record: Occurrence, owner: str) -> Binding:
@@ -129,7 +133,14 @@ def _observe_and_claim(txn: Txn, cmd: ObserveAndClaim) -> ObservedAndClaimed:
         # Every rule ClaimOccurrence checks holds by construction here; should one still refuse,
         # the whole command is refused and changes nothing (the owner then observes alone).
         claimed.append(_claim_occurrence(txn, claim))
-    return ObservedAndClaimed(report, tuple(claimed), tuple(unclaimed))
+    return ObservedAndClaimed(
+        report.created,
+        report.dropped,
+        report.ignored,
+        report.retired,
+        tuple(claimed),
+        tuple(unclaimed),
+    )
 
 
 def _observe_to_json(observe: Observe) -> dict:

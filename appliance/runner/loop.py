@@ -448,12 +448,8 @@ class Runner:
             self._rebuild_pulse()
             return
         self.machine.read(lambda st: pulse.committed(st, plan, self._compiled))
-        claimed: tuple[Any, ...] = ()
-        if isinstance(result.value, core.ObservedAndClaimed):
-            report: core.ObserveReport = result.value.report
-            claimed = result.value.claimed
-        else:
-            report = result.value
+        report: core.ObserveReport = result.value  # ObservedAndClaimed is one too
+        claimed = report.claimed if isinstance(report, core.ObservedAndClaimed) else ()
         self.log.emit(
             "selection",
             at=now_s,
