@@ -441,7 +441,8 @@ class Runner:
         if folded is not None and isinstance(result, Refused):
             # Only the observation itself should refuse the folded command; whatever it was,
             # observing alone is never worse than before the fold.
-            self.log.emit("observe_and_claim_refused", at=now_s, reason=result.message)
+            reason = f"ObserveAndClaim refused, observing alone: {result.message}"
+            self.log.emit("observation_refused", at=now_s, reason=reason)
             result = self._propose(plan.command)
         if isinstance(result, Refused):
             self.log.emit("observation_refused", at=now_s, reason=result.message)
@@ -460,7 +461,7 @@ class Runner:
             late_ms=self._late_ms(min(c[2] for c in report.created)) if report.created else None,
         )
         for record in claimed:
-            self._dispatch_claimed(record, with_observation=True)
+            self._dispatch_claimed(record)
 
     def _with_claims(self, observe: core.Observe, now_s: int) -> Any:
         """The observation that also claims what it creates, or None when this owner may not
@@ -473,7 +474,7 @@ class Runner:
             observe, self.epoch, remote.namespace, remote.worker_id, authority
         )
 
-    def _dispatch_claimed(self, record: Any, *, with_observation: bool) -> None:
+    def _dispatch_claimed(self, record: Any) -> None:
         """Dispatch a claim this owner just committed (its committed binding, its code)."""
         binding = ownership.binding_of(self, record)
         code = self.machine.read(
@@ -493,7 +494,6 @@ class Runner:
             schedule=record.schedule_id,
             attempt=record.attempt,
             epoch=self.epoch,
-            with_observation=with_observation,
             late_ms=self._late_ms(record.due_s),
         )
         self._start_exec(record, binding, code)
