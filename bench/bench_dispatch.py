@@ -6,8 +6,10 @@ creates ``--schedules`` schedules ``* * * * *`` (Concurrent) on the owner and ru
 ``--seconds`` real seconds. Latencies come from the owner's decision log, whose ``late_ms``
 fields say how long after the due instant each step happened, in real milliseconds:
 
-- ``selection``: the pulse woke and the Observe command is committed;
-- ``claim``: the claim with its binding is committed;
+- ``selection``: the pulse woke and the observation is committed (``ObserveAndClaim``: the
+  claims of the occurrences it created are in the same commit);
+- ``claim``: the claim with its binding is committed (for a claim made in the observation, the
+  same commit; ``ClaimOccurrence`` for what the observation left Pending);
 - ``admission``: the worker's permit request is committed (after its reserve);
 - ``dispatch_accepted``: the worker answered 202 (after consume and submit).
 

@@ -216,7 +216,10 @@ def _claim(txn: Txn, cmd: Claim) -> Occurrence:
         if overlap is not OverlapPolicy.CONCURRENT:
             if txn.state._index.reserving[schedule.id]:
                 raise ClaimRefused(f"occurrence {record.id}: schedule has active work")
-            head = txn.state.pending_ids(schedule.id)[0]
+            # The committed Pending ids; empty only for a record created in this very apply
+            # (ObserveAndClaim claims one only when it is its schedule's sole live record).
+            pending = txn.state.pending_ids(schedule.id)
+            head = pending[0] if pending else record.id
             if overlap is OverlapPolicy.QUEUE and head != record.id:
                 raise ClaimRefused(f"occurrence {record.id}: occurrence {head} is first (Queue)")
     claimed = transition(record, Event.CLAIM, cmd.at_s)

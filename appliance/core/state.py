@@ -79,6 +79,7 @@ from appliance.core.commands import (
     RecordOutcome,
     RetryDue,
 )
+from appliance.core.observe_claim import ObserveAndClaim, ObservedAndClaimed
 from appliance.core.ownership import (
     AcquireOwnership,
     SeedInitialSchedules,
@@ -199,7 +200,9 @@ __all__ = [
     "MarkUnknown",
     "NotAcquired",
     "Observe",
+    "ObserveAndClaim",
     "ObserveReport",
+    "ObservedAndClaimed",
     "ObservedSchedule",
     "Ownership",
     "Permit",

@@ -47,10 +47,15 @@ def make_binding(
         "worker_id": remote.worker_id,
         "payload_sha256": payload_sha256(code),
         "due_time": format_utc(datetime.fromtimestamp(due_s, UTC)),
-        "authority": {
-            "expires_at": format_utc(remote.expires_at),
-            "timeout_seconds": remote.timeout_seconds,
-            "heap_mb": remote.heap_mb,
-            "session": remote.session,
-        },
+        "authority": authority_of(remote),
+    }
+
+
+def authority_of(remote: RemoteConfig) -> dict[str, Any]:
+    """The execution authority every claim of this runner carries (wire form)."""
+    return {
+        "expires_at": format_utc(remote.expires_at),
+        "timeout_seconds": remote.timeout_seconds,
+        "heap_mb": remote.heap_mb,
+        "session": remote.session,
     }

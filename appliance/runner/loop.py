@@ -13,6 +13,11 @@ Only the *acquired owner* schedules: after this voter becomes leader the loop ru
 transition (``ownership.acquire``); only with that committed epoch does it pulse, claim and
 dispatch. Leadership loss clears the epoch at once.
 
+An observation that creates occurrences claims them in the same commit (``ObserveAndClaim``,
+appliance/core/observe_claim.py) when the owner may claim: the due instant is then one commit away
+from the dispatch instead of two. What the apply leaves Pending (running limit, overlap) is
+claimed by ``ClaimOccurrence`` on the same pass, as before.
+
 The loop never blocks on the worker: exec, observe and cancel run on a small thread pool whose
 results come back through the queue. It does block on Raft commits (bounded by
 ``PROPOSE_TIMEOUT_S``), because each decision must be committed before the next one is taken
@@ -50,7 +55,7 @@ from appliance.core.occurrence import OccurrenceState
 from appliance.core.pulse import Pulse
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
-from appliance.runner.binding import execution_id, make_binding
+from appliance.runner.binding import authority_of, execution_id, make_binding
 from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Accepted, Machine, Refused, encode_command
@@ -426,13 +431,26 @@ class Runner:
         plan = self.machine.read(lambda st: pulse.plan(st, self._compiled, now_s))
         if plan is None:
             return
-        result = self._propose(plan.command)
+        folded = self._with_claims(plan.command, now_s)
+        try:
+            result = self._propose(folded or plan.command)
+        except Uncertain:
+            if folded is not None:
+                self._orphans_possible = True  # its claims may commit later: adopt them then
+            raise
+        if folded is not None and isinstance(result, Refused):
+            # Only the observation itself should refuse the folded command; whatever it was,
+            # observing alone is never worse than before the fold.
+            reason = f"ObserveAndClaim refused, observing alone: {result.message}"
+            self.log.emit("observation_refused", at=now_s, reason=reason)
+            result = self._propose(plan.command)
         if isinstance(result, Refused):
             self.log.emit("observation_refused", at=now_s, reason=result.message)
             self._rebuild_pulse()
             return
         self.machine.read(lambda st: pulse.committed(st, plan, self._compiled))
-        report: core.ObserveReport = result.value
+        report: core.ObserveReport = result.value  # ObservedAndClaimed is one too
+        claimed = report.claimed if isinstance(report, core.ObservedAndClaimed) else ()
         self.log.emit(
             "selection",
             at=now_s,
@@ -442,6 +460,49 @@ class Runner:
             retired=list(report.retired),
             late_ms=self._late_ms(min(c[2] for c in report.created)) if report.created else None,
         )
+        for record in claimed:
+            self._dispatch_claimed(record)
+
+    def _with_claims(self, observe: core.Observe, now_s: int) -> Any:
+        """The observation that also claims what it creates, or None when this owner may not
+        claim now (the same gates as ``_claim_ready``)."""
+        if self.epoch is None or now_s >= int(self.cfg.remote.expires_at.timestamp()):
+            return None
+        remote = self.cfg.remote
+        authority = core.Authority(**authority_of(remote))
+        return core.ObserveAndClaim(
+            observe, self.epoch, remote.namespace, remote.worker_id, authority
+        )
+
+    def _dispatch_claimed(self, record: Any) -> None:
+        """Dispatch a claim this owner just committed (its committed binding, its code)."""
+        binding = ownership.binding_of(self, record)
+        code = self.machine.read(
+            lambda st: (
+                st.schedules[record.schedule_id].definition.code
+                if record.schedule_id in st.schedules
+                else None
+            )
+        )
+        if binding is None or code is None:  # cannot happen right after the commit; never guess
+            self.log.emit("binding_unknown", occurrence=record.id, attempt=record.attempt)
+            self._orphans_possible = True
+            return
+        self.log.emit(
+            "claim",
+            occurrence=record.id,
+            schedule=record.schedule_id,
+            attempt=record.attempt,
+            epoch=self.epoch,
+            late_ms=self._late_ms(record.due_s),
+        )
+        self._start_exec(record, binding, code)
+
+    def _start_exec(self, record: Any, binding: dict[str, Any], code: str) -> None:
+        deadline = self.clock.now_s() + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
+        work = Work(record.id, record.attempt, binding, deadline, record.due_s, busy=True)
+        self._work[record.id] = work
+        self._spawn(lambda: self.worker.execute(binding, code), "exec_done", work)
 
     def _retry_due(self, now_s: int) -> None:
         due = self.machine.read(lambda st: st.next_retry_due_s())
@@ -528,11 +589,7 @@ class Runner:
                 epoch=self.epoch,
                 late_ms=self._late_ms(record.due_s),
             )
-            deadline = self.clock.now_s() + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
-            work = Work(oid, attempt, binding, deadline, record.due_s, busy=True)
-            self._work[oid] = work
-            code = schedule.definition.code
-            self._spawn(lambda b=binding, c=code: self.worker.execute(b, c), "exec_done", work)
+            self._start_exec(record, binding, schedule.definition.code)
 
     def _adopt_orphans(self) -> None:
         """Dispatch this epoch's committed claims whose proposal outcome was unknown here.
@@ -561,10 +618,7 @@ class Runner:
             if code is None:
                 continue
             self.log.emit("claim_adopted", occurrence=record.id, attempt=record.attempt)
-            deadline = self.clock.now_s() + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
-            work = Work(record.id, record.attempt, binding, deadline, record.due_s, busy=True)
-            self._work[record.id] = work
-            self._spawn(lambda b=binding, c=code: self.worker.execute(b, c), "exec_done", work)
+            self._start_exec(record, binding, code)
 
     def _spawn(self, fn: Callable[[], Any], kind: str, work: Work) -> None:
         work.busy = True
@@ -766,7 +820,10 @@ class Runner:
 
     def _admit(self, binding: dict[str, Any], incarnation: str, answer: Future[Any]) -> None:
         """Propose ``Admit`` off the loop thread, so concurrent permit requests share Raft
-        appends; the answer is given on the loop thread once the outcome is known."""
+        appends. A committed outcome (granted or refused) is answered as soon as it is known,
+        from the proposing thread: the answer depends only on the applied result, and the
+        worker is waiting for it on the launch path. Everything else (logging, the dirty flag,
+        not-owner and uncertain outcomes, which touch loop state) happens on the loop thread."""
         if self.epoch is None:
             self._answer_admission(binding, answer, self._not_owner_answer("not the owner"))
             return
@@ -776,7 +833,10 @@ class Runner:
             return
 
         def done(future: Future[Any]) -> None:
-            self._queue.put(("admit_done", binding, answer, future.result()))
+            outcome = future.result()
+            if isinstance(outcome, Accepted | Refused) and not answer.done():
+                answer.set_result(ownership.admit_answer(outcome))
+            self._queue.put(("admit_done", binding, answer, outcome))
 
         self._proposer.submit(self._raw_propose, command).add_done_callback(done)
 

@@ -2,10 +2,13 @@
 
 Theory of operation: Raft hands every committed command to :meth:`Machine.apply` in index order,
 on the driver thread. Apply is the core's pure ``apply(state, command)``; what it touched is then
-written to the store in one durable transition together with the applied index, so a restart
-resumes from exactly the state that was acknowledged. A command the core refuses (a failed
-compare-and-set) changes nothing and is *reported*, not raised: a refusal is an ordinary, replicated
-result, identical on every voter, and raising would stop the Raft driver.
+handed, with the applied index, to the checkpoint writer (appliance/runner/checkpoint_writer.py),
+which writes it durably off the driver thread, several transitions merged into one commit when
+they queue up. The checkpoint may lag the applied state by what is queued; a restart resumes
+from the checkpoint's applied index and re-applies the committed log entries after it (the log is
+never compacted), which ends in exactly the state that was acknowledged. A command the core
+refuses (a failed compare-and-set) changes nothing and is *reported*, not raised: a refusal is an
+ordinary, replicated result, identical on every voter, and raising would stop the Raft driver.
 
 Every read of the state from another thread (the loop, the admission route, ``list``) happens under
 :attr:`Machine.lock`, which apply holds while it mutates; nobody holds it while waiting for Raft.
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
+from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import READER_VERSION_CANCELLING
 
@@ -62,9 +66,15 @@ def state_from_parts(limits: Limits, parts: dict[str, bytes]) -> core.SchedulerS
 
 
 class Machine:
-    def __init__(self, store: RunnerStore | None, limits: Limits) -> None:
+    def __init__(
+        self,
+        store: RunnerStore | None,
+        limits: Limits,
+        *,
+        on_fatal: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.lock = threading.RLock()
-        self._store = store
+        self._writer = CheckpointWriter(store, on_fatal) if store is not None else None
         applied, parts = store.load_checkpoint() if store is not None else (0, {})
         self.applied_index = applied
         self.state = state_from_parts(limits, parts)
@@ -93,12 +103,11 @@ class Machine:
                 names = applied.touched if self._checkpoint_complete else self.state.part_names()
                 upserts = {name: self.state.part_bytes(name) for name in names}
                 deletes = applied.deleted
-            if self._store is not None:
-                self._store.save_transition(
-                    index, upserts, deletes, min_reader_version=self._reader_version()
-                )
+            reader_version = self._reader_version()
             self._checkpoint_complete = self._checkpoint_complete or bool(upserts)
             self.applied_index = index
+        if self._writer is not None:  # in apply order: only the driver thread applies
+            self._writer.put(index, upserts, deletes, reader_version)
         for listener in self._listeners:
             listener(index, command, result)
         return result
@@ -109,6 +118,14 @@ class Machine:
         if needs is None or not needs(self.state):
             return None
         return READER_VERSION_CANCELLING
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait until the checkpoint holds every transition applied so far."""
+        return True if self._writer is None else self._writer.flush(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> bool:
+        """Write what is queued and stop the writer (before the store closes)."""
+        return True if self._writer is None else self._writer.close(timeout_s)
 
     def read(self, fn: Callable[[core.SchedulerState], T]) -> T:
         with self.lock:

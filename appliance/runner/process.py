@@ -121,7 +121,7 @@ class RunnerProcess:
         self.log = log
         self.fatal: BaseException | None = None
         self.stopping = threading.Event()
-        self.machine = Machine(store, cfg.limits)
+        self.machine = Machine(store, cfg.limits, on_fatal=self._on_fatal)
         member_cls = EtcdMember if isinstance(cfg.replication, EtcdBackend) else RaftMember
         self.member = member_cls(
             cfg if network is None else network.member_config(cfg),
@@ -192,6 +192,8 @@ class RunnerProcess:
         self.runner.drain_and_stop(drain_s)
         self.admission.stop()
         self.member.stop()
+        if not self.machine.close():  # the applied transitions still queued for the checkpoint
+            self.log.emit("checkpoint_not_flushed", applied_index=self.machine.applied_index)
         self.worker.close()
         self.store.close()
         self.log.emit("stopped")

@@ -15,12 +15,22 @@ ones kept); executions that were unfinished when an earlier incarnation died are
 
 Time is injected: every method that records an instant takes ``now_ms`` (Unix milliseconds).
 Every read verifies the row checksum (``StoreCorrupt`` on failure). One connection, one lock.
+
+Two writes may be made with ``durable=False``: the receipt and engine progress (``running``).
+Neither protects a decision — ``consume`` (durable, before the submission) is what makes a
+restart report the execution instead of relaunching it, with or without them — so they skip
+their own fsync (WAL with ``synchronous=NORMAL`` for that one commit): a process crash keeps
+them (the OS has the pages), a power loss may drop them but keeps the order, because the next
+durable commit's fsync covers every earlier frame of the WAL. Terminal outcomes stay durable:
+the runner records what ``observe`` answered.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,6 +210,20 @@ class WorkerStore(OpenedStore):
             conn.close()
             lock.release()
             raise
+
+    @contextmanager
+    def _write(self, durable: bool) -> Iterator[apsw.Connection]:
+        """One transaction; without its own fsync when ``durable`` is False (module doc)."""
+        if durable:
+            with transaction(self._db) as db:
+                yield db
+            return
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with transaction(self._db) as db:
+                yield db
+        finally:
+            self._db.execute("PRAGMA synchronous=FULL")
 
     # ----------------------------------------------------------------- incarnations
     def incarnations(self) -> list[tuple[str, int]]:
@@ -393,15 +417,21 @@ class WorkerStore(OpenedStore):
             return record
 
     def record_receipt(
-        self, invocation: Invocation, receipt: dict[str, Any], *, now_ms: int
+        self,
+        invocation: Invocation,
+        receipt: dict[str, Any],
+        *,
+        now_ms: int,
+        durable: bool = True,
     ) -> InvocationRecord:
         """Record the receipt for a consumed invocation (idempotent for the same receipt).
 
-        Refused: ``not_reserved``, ``not_consumed``, ``receipt_mismatch``.
+        Refused: ``not_reserved``, ``not_consumed``, ``receipt_mismatch``. ``durable=False``:
+        see the module doc.
         """
         self._check_namespace(invocation)
         canonical_receipt = json.loads(canonical_json(receipt))
-        with self._lock, transaction(self._db):
+        with self._lock, self._write(durable):
             record = self._require_reserved(invocation)
             if record.consumed is None:
                 raise WorkerRecordRefused(
@@ -467,18 +497,22 @@ class WorkerStore(OpenedStore):
         output: bytes | None = None,
         result: Any = None,
         error: str | None = None,
+        durable: bool = True,
     ) -> ExecutionRecord:
         """Record engine progress. A finished execution never changes again
         (``execution_finished``); ``output`` (whole captured output so far) is at most
-        ``EXECUTION_OUTPUT_BYTES_MAX`` bytes, else ``ValueError``."""
+        ``EXECUTION_OUTPUT_BYTES_MAX`` bytes, else ``ValueError``. ``durable=False`` only for
+        ``running`` (see the module doc); a terminal status is always written durably."""
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
+        if not durable and status in TERMINAL_STATUSES:
+            raise ValueError(f"a terminal status ({status}) is always written durably")
         if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
             raise ValueError(
                 f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
             )
         canonical_json(result)  # refuse a result that is not JSON before anything is written
-        with self._lock, transaction(self._db):
+        with self._lock, self._write(durable):
             current = self._load_execution(execution_id)
             if current is None:
                 raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")

@@ -29,7 +29,7 @@ LAUNCH_STEPS: Final = (
     "permit_recorded",  # permit durably recorded
     "consumed",  # permit durably consumed (+ execution record): the point of no return
     "submitted",  # the engine accepted the work through the one-shot capability
-    "receipt_recorded",  # receipt durable; the 202 is about to be sent
+    "receipt_recorded",  # receipt recorded (no fsync of its own); the 202 is about to be sent
 )
 CANCEL_STEPS: Final = ("fenced",)
 STEPS: Final = LAUNCH_STEPS + CANCEL_STEPS

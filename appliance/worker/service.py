@@ -8,6 +8,10 @@ after any of them (appliance/worker/crash.py names them):
     validated -> pool_reserved -> reserved -> [permit request] -> permit_received
     -> permit_recorded -> consumed -> submitted -> receipt_recorded -> 202
 
+Every step up to ``consumed`` is fsynced before the next one starts; the receipt is written
+without an fsync of its own, because it protects no decision (appliance/store/worker_store.py):
+a SIGKILL keeps it, and ``consume`` alone decides what a restart reports.
+
 Why this is safe across crashes: ``consume`` is the point of no return and the store refuses a
 second one forever (and refuses a permit recorded by an earlier incarnation). After a restart:
 
@@ -305,6 +309,8 @@ class WorkerService:
         log.info("submitted execution %s (incarnation %s)", execution_id, self.incarnation_id)
         self._crash.after("submitted")
         accepted_at = self._clock.now()
+        # Evidence, not a decision: consume (durable) already made a restart report this
+        # execution instead of relaunching it, so the receipt skips its own fsync.
         self._store.record_receipt(
             invocation,
             {
@@ -313,6 +319,7 @@ class WorkerService:
                 "accepted_at": format_utc(accepted_at),
             },
             now_ms=self._now_ms(),
+            durable=False,
         )
         self._crash.after("receipt_recorded")
         return Answer(
@@ -503,6 +510,7 @@ class WorkerService:
                     status="running",
                     now_ms=self._now_ms(),
                     result=outcome_document(report),
+                    durable=False,  # progress only; a restart reports it lost either way
                 )
                 return
             self._store.update_execution(

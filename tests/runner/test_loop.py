@@ -49,6 +49,29 @@ def test_the_same_incarnation_gets_the_same_permit_and_another_is_refused() -> N
         assert status == 403 and body["error"]["code"] == "binding_mismatch"
 
 
+def test_a_committed_permit_is_answered_without_waiting_for_the_loop() -> None:
+    with Voter() as v:
+        v.worker.on_observe = lambda eid: ObserveResult("running")
+        create(v)
+        v.advance_to(T0 + 60)
+        wait_until(lambda: v.worker.admissions, "the first admission")
+        binding = v.worker.calls[0][1]
+        release = threading.Event()
+        original = v.runner._admit_done
+
+        def stuck(*args: object) -> None:  # the loop is busy right after the commit
+            release.wait(10.0)
+            original(*args)  # type: ignore[arg-type]
+
+        v.runner._admit_done = stuck  # type: ignore[method-assign]
+        try:
+            status, body = v.runner.admit(binding, "inc-1")  # answered while the loop waits
+            assert status == 200 and body["existing"] is True
+        finally:
+            release.set()
+        wait_until(lambda: len(v.events("admission")) >= 2, "the admission logged by the loop")
+
+
 def test_an_ambiguous_dispatch_is_unknown_and_never_dispatched_again() -> None:
     with Voter() as v:
         v.worker.on_exec = lambda b: ExecResult("uncertain", detail="ambiguous send")
@@ -245,8 +268,10 @@ def test_a_confirmed_failure_retries_after_the_delay_as_the_next_attempt() -> No
         assert [b["attempt"] for kind, b in v.worker.calls if kind == "exec"] == [1, 2]
 
 
-class LosesOneClaimAnswer:
-    """Replication whose first claim commits but whose answer is lost (a proposal timeout)."""
+class LosesOneAnswer:
+    """Replication whose first ``command`` commits but whose answer is lost (a timeout)."""
+
+    command = ""
 
     def __init__(self, inner: object) -> None:
         self.inner = inner
@@ -254,7 +279,7 @@ class LosesOneClaimAnswer:
 
     def propose(self, command: bytes, *, timeout_s: float) -> object:
         result = self.inner.propose(command, timeout_s=timeout_s)  # type: ignore[attr-defined]
-        if b'"command":"ClaimOccurrence"' in command and not self.lost:
+        if f'"command":"{self.command}"'.encode() in command and not self.lost:
             self.lost += 1
             raise TimeoutError("the answer was lost")
         return result
@@ -263,15 +288,65 @@ class LosesOneClaimAnswer:
         return getattr(self.inner, name)
 
 
-def test_a_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
-    with Voter(wrap=LosesOneClaimAnswer) as v:
+class LosesOneClaimAnswer(LosesOneAnswer):
+    command = "ClaimOccurrence"
+
+
+class LosesOneObserveAndClaimAnswer(LosesOneAnswer):
+    command = "ObserveAndClaim"
+
+
+def execs_of(v: Voter, occurrence_id: int) -> int:
+    return [b["occurrence_id"] for kind, b in v.worker.calls if kind == "exec"].count(occurrence_id)
+
+
+class RecordsCommands(LosesOneAnswer):
+    """Replication that loses nothing and records the name of every proposed command."""
+
+    def __init__(self, inner: object) -> None:
+        super().__init__(inner)
+        self.names: list[str] = []
+
+    def propose(self, command: bytes, *, timeout_s: float) -> object:
+        self.names.append(json.loads(command)["command"])
+        return super().propose(command, timeout_s=timeout_s)
+
+
+def test_the_observation_claims_what_it_created_in_the_same_commit() -> None:
+    with Voter(wrap=RecordsCommands) as v:
         create(v, overlap="Concurrent")
         v.advance_to(T0 + 60)
+        v.wait_state(1, "Succeeded")
+        assert [c["occurrence"] for c in v.events("claim")] == [1]
+        assert execs_of(v, 1) == 1
+        names = v.runner.replication.names  # type: ignore[attr-defined]
+        assert "ObserveAndClaim" in names and "ClaimOccurrence" not in names
+
+
+def test_a_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
+    # Queue with two slots at once: the observation leaves both Pending (not its only live
+    # record), so the head is claimed by ClaimOccurrence, whose answer is lost.
+    catch_up = {"CatchUp": {"cap": 5}}
+    with Voter(wrap=LosesOneClaimAnswer) as v:
+        create(v, overlap="Queue", missed=catch_up)
+        v.advance_to(T0 + 120)
         wait_until(lambda: v.events("claim_uncertain"), "the uncertain claim")
+        v.advance_to(T0 + 180)  # the next commit lets the loop adopt the committed claim
+        for occurrence_id in (1, 2, 3):
+            v.wait_state(occurrence_id, "Succeeded")
+        assert execs_of(v, 1) == 1
+        assert [e["occurrence"] for e in v.events("claim_adopted")] == [1]
+
+
+def test_a_folded_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_once() -> None:
+    with Voter(wrap=LosesOneObserveAndClaimAnswer) as v:
+        create(v, overlap="Concurrent")
+        v.advance_to(T0 + 60)
+        wait_until(lambda: v.events("proposal_uncertain"), "the uncertain observation")
         v.advance_to(T0 + 120)  # the next commit lets the loop adopt the committed claim
         v.wait_state(1, "Succeeded")
         v.wait_state(2, "Succeeded")
-        assert [b["occurrence_id"] for kind, b in v.worker.calls if kind == "exec"].count(1) == 1
+        assert execs_of(v, 1) == 1
         assert [e["occurrence"] for e in v.events("claim_adopted")] == [1]
 
 

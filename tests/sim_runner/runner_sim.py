@@ -9,7 +9,8 @@ agree on every result (accepted with equal values, or refused with the same erro
 byte-identical. Replicas crash and restart from their checkpoint bytes plus the log tail.
 
 Owners take over in turn: a new Raft term elects a node, which commits ``AcquireOwnership`` (the
-takeover fence) and then pulses, claims with full bindings, dispatches to the fake worker,
+takeover fence) and then pulses (half the time with ``ObserveAndClaim``, claiming what the
+observation creates in the same commit), claims with full bindings, dispatches to the fake worker,
 observes, cancels and retries — a miniature of the runner loop, reading only its own replica.
 A deposed owner's proposals may still be committed late (Raft can commit an old leader's entry
 after an election), so stale claims and outcomes reach the log.
@@ -55,6 +56,8 @@ from appliance.core.state import (
     Granted,
     MarkUnknown,
     Observe,
+    ObserveAndClaim,
+    ObservedAndClaimed,
     ObservedSchedule,
     RecordOutcome,
     RetryDue,
@@ -155,6 +158,10 @@ class Cluster:
             self.events[("takeover", "resume_cancelling")] += len(first.resume_cancelling)
         if isinstance(first, Granted) and first.existing:
             self.events[("Admit", "existing")] += 1
+        if isinstance(first, ObservedAndClaimed):
+            self.events[("ObserveAndClaim", "claimed")] += len(first.claimed)
+            for _oid, why in first.unclaimed:
+                self.events[("ObserveAndClaim", why.split(":")[0])] += 1
         for other in results[1:]:
             if _describe(other) != _describe(first):
                 raise Violation(self.seed, "replicas agree", f"{first!r} vs {other!r}")
@@ -364,6 +371,9 @@ class Simulation:
     def __init__(self, seed: int, steps: int = 120, settle_steps: int = 60):
         self.seed = seed
         self.rng = random.Random(seed)
+        # Whether an owner folds its claims into the observation: a stream of its own, so the
+        # fault sequence of a seed stays the one it was before the fold existed.
+        self.fold_rng = random.Random(seed ^ 0x5EED)
         self.steps = steps
         self.settle_steps = settle_steps
         self.cluster = Cluster(seed, self.rng)
@@ -425,6 +435,13 @@ class Simulation:
                         oid, binding.attempt, binding.epoch, binding, self.now_s
                     )
                     self.late.append(command)
+        if old is not None and old.acquired and self.fold_rng.random() < 0.5:
+            # ... or its folded observation, which may commit before or after the takeover.
+            state = self.cluster.replicas[old.replica]
+            ownership = current_ownership(state)
+            observe = self._observation(state)
+            if observe is not None and ownership is not None and ownership.node == old.node:
+                self.late.append(self._folded(observe, ownership.epoch))
         if old is not None:
             self.zombie_dispatches.extend(old.to_dispatch)
         candidates = [i for i in range(len(NODES)) if i not in self.cluster.down]
@@ -499,18 +516,46 @@ class Simulation:
                 continue
             self._propose(AcknowledgeStopped(record.id, True, self.now_s))
 
-    def _pulse(self, state: SchedulerState) -> None:
+    def _observation(self, state: SchedulerState) -> Observe | None:
         progress = state.progress.get(1)
         schedule = state.schedules.get(1)
         if progress is None or schedule is None or not schedule.enabled:
-            return
+            return None
         cursor = progress.cursor_s
         slots = list(range((cursor // SLOT_S + 1) * SLOT_S, self.now_s + 1, SLOT_S))
         if not slots:
-            return
+            return None
         chosen = tuple(slots[-3:])
         entry = ObservedSchedule(1, cursor, self.now_s, chosen, len(slots) - len(chosen))
-        self._propose(Observe(self.now_s, (entry,)))
+        return Observe(self.now_s, (entry,))
+
+    @staticmethod
+    def _folded(observe: Observe, epoch: int) -> ObserveAndClaim:
+        return ObserveAndClaim(observe, epoch, NAMESPACE, WORKER_ID, AUTHORITY)
+
+    def _pulse(self, state: SchedulerState) -> None:
+        observe = self._observation(state)
+        if observe is None:
+            return
+        owner, ownership = self.owner, current_ownership(state)
+        if owner is None or ownership is None or ownership.node != owner.node:
+            self._propose(observe)
+            return
+        if self.fold_rng.random() < 0.5:
+            self._propose(observe)
+            return
+        result = self._propose(self._folded(observe, ownership.epoch))
+        if not isinstance(result, ObservedAndClaimed):
+            return
+        for record in result.claimed:  # committed claims: dispatch like any other
+            admission = admission_record(self._state(), record.id)
+            binding = None if admission is None else admission.claim_for(record.attempt)
+            if binding is None:
+                raise Violation(self.seed, "folded claim bound", f"occurrence {record.id}")
+            if self.rng.random() < self.faults.deferred_dispatch:
+                owner.to_dispatch.append(binding)
+            else:
+                self._dispatch(binding)
 
     def _claim_and_dispatch(self, state: SchedulerState) -> None:
         owner = self.owner

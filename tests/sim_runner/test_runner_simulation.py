@@ -41,6 +41,7 @@ def test_the_faults_reach_every_rule_under_test():
         ("Admit", "IncarnationMismatch"),  # another incarnation refused
         ("Admit", "Fenced"),  # a late admission after the takeover fence
         ("ClaimOccurrence", "StaleEpoch"),  # a deposed owner's claim committed late
+        ("ObserveAndClaim", "claimed"),  # claims made in the observation's commit
         ("FenceAfterCancel", "ok"),
         ("FenceAfterCancel", "PermitExists"),  # not-launched is unprovable with a permit
         ("MarkUnknown", "ok"),

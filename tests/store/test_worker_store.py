@@ -166,6 +166,30 @@ def test_a_finished_execution_never_changes_again(data_dir: Path) -> None:
             store.update_execution("e1", status="submitted", now_ms=15)
 
 
+def synchronous_of(store: WorkerStore) -> int:
+    return int(store._db.execute("PRAGMA synchronous").fetchall()[0][0])
+
+
+def test_receipt_and_progress_without_their_own_fsync_are_recorded_and_kept(
+    data_dir: Path,
+) -> None:
+    full = 2
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        store.record_receipt(INV, {"outcome": "accepted"}, now_ms=13, durable=False)
+        store.update_execution("e1", status="running", now_ms=14, durable=False)
+        assert synchronous_of(store) == full  # only that one commit skipped its fsync
+        with refused_with("receipt_mismatch"):
+            store.record_receipt(INV, {"outcome": "other"}, now_ms=15, durable=False)
+        assert synchronous_of(store) == full  # also after a refused write
+        with pytest.raises(ValueError, match="durably"):
+            store.update_execution("e1", status="completed", now_ms=16, durable=False)
+    with open_worker(data_dir) as reopened:
+        assert reopened.get(INV).receipt == {"outcome": "accepted"}
+        assert reopened.get_execution("e1").status == "running"
+
+
 def test_execution_output_is_bounded_exactly_at_the_limit(data_dir: Path) -> None:
     with open_worker(data_dir) as store:
         admitted(store)

@@ -63,6 +63,34 @@ def test_409_moves_on_to_the_next_url(peers) -> None:
     assert [a.outcome for a in result.attempts] == ["409", "granted"]
 
 
+def test_the_next_request_starts_at_the_url_that_last_answered_as_the_owner(peers) -> None:
+    first, owner, third = peers("409"), peers("grant"), peers("409")
+    client = HttpClient(read_timeout_ms=5_000)
+    admission = AdmissionClient(
+        tuple(parse_origin(p.url) for p in (first, owner, third)),
+        Secret(ADMISSION_TOKEN),
+        INCARNATION,
+        client,
+    )
+    try:
+
+        def permit(occurrence_id: int) -> list[str]:
+            binding = parse_exec(exec_body("1", occurrence_id=occurrence_id)).binding
+            result = admission.request_permit(binding)
+            assert result.kind == "granted"
+            return [a.url for a in result.attempts]
+
+        assert permit(1) == [first.url, owner.url]
+        assert permit(2) == [owner.url]  # no 409 round trip on the way to the owner
+        owner.mode, third.mode = "409", "grant"  # ownership moved to the third voter
+        assert permit(3) == [owner.url, third.url]
+        assert permit(4) == [third.url]
+        # Each request still asks every URL at most once, in the configured cycle.
+        assert (len(first.requests), len(owner.requests), len(third.requests)) == (1, 3, 2)
+    finally:
+        client.close()
+
+
 def test_a_refused_connection_moves_on_to_the_next_url(peers) -> None:
     owner = peers("grant")
     result = ask([f"http://127.0.0.1:{closed_port()}", owner.url])
