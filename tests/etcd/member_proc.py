@@ -38,8 +38,15 @@ def main() -> None:
     member.stop()
 
 
+_SAY_LOCK = threading.Lock()
+
+
 def say(event: dict[str, object]) -> None:
-    print(json.dumps(event), flush=True)
+    # One write per line, under a lock: the leadership callback's thread prints too, and
+    # print() writes the text and its newline separately, so two threads could interleave.
+    with _SAY_LOCK:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
