@@ -632,13 +632,21 @@ class Runner:
 
         self._pool.submit(fn).add_done_callback(done)
 
+    def _forget(self, work: Work) -> None:
+        """Stop tracking ``work`` — only if it is still the tracked one. A late result of an
+        earlier attempt (an observation in flight when ownership changed hands) must never
+        remove the ``Work`` of the attempt that replaced it: that attempt's own results would
+        then be dropped and it would stay Running for ever."""
+        if self._work.get(work.occurrence_id) is work:
+            del self._work[work.occurrence_id]
+
     def _current(self, work: Work) -> Any:
         """The committed record if it is still this work's attempt, else None."""
         if self._work.get(work.occurrence_id) is not work:
             return None
         record = self.machine.read(lambda st: st.occurrences.get(work.occurrence_id))
         if record is None or record.attempt != work.attempt:
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             return None
         return record
 
@@ -684,7 +692,7 @@ class Runner:
                 reason=reason,
                 **ids,
             )
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             return
         reason = f"dispatch uncertain: {result.code or ''} {result.detail}".strip()
         if record.state is S.RUNNING:
@@ -712,7 +720,7 @@ class Runner:
         work.busy = False
         record = self._current(work)
         if record is None or record.terminal:
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             return
         if record.state is S.CANCELLING:
             return  # the cancellation path owns it now
@@ -739,7 +747,7 @@ class Runner:
                 worker_status=status,
                 **ids,
             )
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             work.observing = False
             self._dirty = True
             return
@@ -770,7 +778,7 @@ class Runner:
         work.busy = False
         record = self._current(work)
         if record is None or record.state is not S.CANCELLING:
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             return
         ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}
         answer = result.result if isinstance(result, CancelResult) else None
@@ -799,7 +807,7 @@ class Runner:
             detail = result.detail if isinstance(result, CancelResult) else repr(result)
             self._retry_cancel(work, f"{answer or 'no answer'} {detail}".strip())
             return
-        self._work.pop(work.occurrence_id, None)
+        self._forget(work)
         self._dirty = True
 
     def _retry_cancel(self, work: Work, why: str) -> None:
@@ -807,7 +815,7 @@ class Runner:
             self.log.emit(
                 "cancel_unresolved", occurrence=work.occurrence_id, attempt=work.attempt, why=why
             )
-            self._work.pop(work.occurrence_id, None)
+            self._forget(work)
             return
         self._later(CANCEL_RETRY_S, lambda: self._send_cancel(work))
 

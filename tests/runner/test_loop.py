@@ -380,3 +380,41 @@ def test_takeover_reobserves_admitted_work_and_reclaims_fenced_attempts() -> Non
             (b["occurrence_id"], b["attempt"], b["epoch"]) for k, b in v.worker.calls if k == "exec"
         ]
         assert execs == [(1, 1, 1), (2, 1, 1), (2, 2, 2)]
+
+
+def test_a_late_result_of_an_earlier_attempt_never_strands_the_attempt_that_replaced_it() -> None:
+    """Found by the chaos suite: an observation of attempt 1 was in flight when the owner lost
+    and re-took ownership in a new term; the takeover fenced attempt 1 and claimed attempt 2;
+    the old observation's late answer then removed attempt 2's tracking, so attempt 2's own
+    results were dropped and it stayed Running for ever."""
+    from appliance.replication.base import Leadership
+
+    with Voter() as v:
+        first_observe_started = threading.Event()
+        release_first_observe = threading.Event()
+
+        def execute(binding: dict) -> ExecResult:  # type: ignore[type-arg]
+            if binding["attempt"] == 1:
+                return ExecResult("uncertain", detail="reset before any permit was asked")
+            return v.worker.admit_and_accept(binding)
+
+        def observe(eid: str) -> ObserveResult:
+            if eid.endswith("-a1"):
+                first_observe_started.set()
+                release_first_observe.wait(10)
+                return ObserveResult(None, detail="unreachable")
+            return ObserveResult("completed")
+
+        v.worker.on_exec = execute
+        v.worker.on_observe = observe
+        create(v, overlap="Concurrent")
+        v.advance_to(T0 + 60)
+        v.wait_state(1, "Unknown")
+        assert first_observe_started.wait(10)  # attempt 1's observation is now in flight
+
+        term = v.runner.term + 1  # the same voter leads again, in a new term
+        v.runner._on_leadership(Leadership(True, term, "v1"))
+        wait_until(lambda: any(e["attempt"] == 2 for e in v.events("claim")), "attempt 2 claimed")
+        release_first_observe.set()  # the stale answer arrives after the replacement
+        record = v.wait_state(1, "Succeeded")
+        assert record.attempt == 2
