@@ -47,6 +47,7 @@ from appliance.core.binding import (
     payload_sha256,
 )
 from appliance.core.commands import Claim
+from appliance.core.definition import Definition
 from appliance.core.occurrence import REASON_BYTES_MAX, Event, Occurrence, bound_text, transition
 from appliance.core.policy_apply import FENCE_GUARDS, _claim
 from appliance.core.runner_errors import (
@@ -348,16 +349,38 @@ def binding_for(
     schedule = state.schedules.get(record.schedule_id)
     if schedule is None:
         raise InvalidCommand(f"occurrence {occurrence_id}: its schedule was deleted")
+    return claim_binding(
+        record,
+        schedule.definition,
+        owner=ownership.node,
+        epoch=ownership.epoch,
+        namespace=namespace,
+        worker_id=worker_id,
+        authority=authority,
+    )
+
+
+def claim_binding(
+    record: Occurrence,
+    definition: Definition,
+    *,
+    owner: str,
+    epoch: int,
+    namespace: str,
+    worker_id: str,
+    authority: Authority,
+) -> Binding:
+    """The binding of ``record``'s current attempt: its committed fields plus the owner's."""
     return Binding(
         namespace=namespace,
         schedule_id=record.schedule_id,
-        schedule_name=schedule.definition.name,
+        schedule_name=definition.name,
         occurrence_id=record.id,
         attempt=record.attempt,
-        owner=ownership.node,
-        epoch=ownership.epoch,
+        owner=owner,
+        epoch=epoch,
         worker_id=worker_id,
-        payload_sha256=payload_sha256(schedule.definition.code),
+        payload_sha256=payload_sha256(definition.code),
         due_time=instant_text(record.due_s),
         authority=authority,
     )

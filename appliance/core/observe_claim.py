@@ -9,7 +9,7 @@ trip with its fsyncs, the largest part of that latency (docs/runner.md, "Benchma
 command would, then claims each occurrence the observation created, in creation order, through
 the apply of ``ClaimOccurrence`` itself, with the binding that command would carry: derived here
 from the committed schedule and record plus the owner's fields in the command (epoch, namespace,
-worker, authority), the same derivation as ``binding_for``.
+worker, authority) by ``claim_binding``, which ``binding_for`` uses too.
 
 A created occurrence whose claim the rules would refuse now stays Pending and is listed with the
 reason; the owner claims it later with ``ClaimOccurrence``, as before. The claim rules are checked
@@ -31,14 +31,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.core.admission import ClaimOccurrence, _claim_occurrence
+from appliance.core.admission import ClaimOccurrence, _claim_occurrence, claim_binding
 from appliance.core.binding import (
     Authority,
-    Binding,
     check_binding,
     expires_at_s,
-    instant_text,
-    payload_sha256,
 )
 from appliance.core.commands import Observe, ObserveReport
 from appliance.core.definition import OverlapPolicy
@@ -76,23 +73,6 @@ class ObservedAndClaimed(ObserveReport):
         return ObserveReport(self.created, self.dropped, self.ignored, self.retired)
 
 
-def _binding(txn: Txn, cmd: ObserveAndClaim, record: Occurrence, owner: str) -> Binding:
-    schedule = txn.require_schedule(record.schedule_id)
-    return Binding(
-        namespace=cmd.namespace,
-        schedule_id=record.schedule_id,
-        schedule_name=schedule.definition.name,
-        occurrence_id=record.id,
-        attempt=record.attempt,
-        owner=owner,
-        epoch=cmd.epoch,
-        worker_id=cmd.worker_id,
-        payload_sha256=payload_sha256(schedule.definition.code),
-        due_time=instant_text(record.due_s),
-        authority=cmd.authority,
-    )
-
-
 def _claim_now(txn: Txn, cmd: ObserveAndClaim, occurrence_id: int) -> ClaimOccurrence | str:
     """The claim to apply for a just-created occurrence, or why it stays Pending. Reads only."""
     ownership = ownership_of(txn.extra)
@@ -108,7 +88,15 @@ def _claim_now(txn: Txn, cmd: ObserveAndClaim, occurrence_id: int) -> ClaimOccur
     if not concurrent and txn.nonterminal(schedule.id) != 1:
         return f"overlap: schedule {schedule.id} has other live occurrences"
     at_s = cmd.observe.at_s
-    binding = _binding(txn, cmd, record, ownership.node)
+    binding = claim_binding(
+        record,
+        schedule.definition,
+        owner=ownership.node,
+        epoch=cmd.epoch,
+        namespace=cmd.namespace,
+        worker_id=cmd.worker_id,
+        authority=cmd.authority,
+    )
     try:
         check_binding(binding)
         if at_s >= expires_at_s(binding.authority.expires_at):
