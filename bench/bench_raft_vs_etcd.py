@@ -39,7 +39,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -62,13 +61,11 @@ ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
 def free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """The tests' port picker (below the ephemeral range, distinct); REPO is on sys.path by the
+    time a cluster starts."""
+    from tests.ports import free_ports as pick
+
+    return pick(count)
 
 
 def percentile(samples: list[float], p: float) -> float:
