@@ -21,6 +21,7 @@ FORBIDDEN_MODULES = {
 # The Raft package's I/O side: the driver thread and the transport with its per-peer parts.
 IO_MODULE_NAMES = {
     "driver.py",
+    "inbox.py",
     "transport.py",
     "reply_slot.py",
     "peer_pipeline.py",

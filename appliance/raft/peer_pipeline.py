@@ -1,8 +1,8 @@
 """One peer's send pipeline: a bounded queue, one sender thread, one request in flight.
 
-Theory of operation. ``put`` never blocks its caller (the driver thread). Order per peer is
-preserved and at most one request is in flight, so a slow peer never delays another and a
-peer's messages never overtake each other. What ``put`` does with a message:
+Theory of operation. ``put`` never blocks its caller (the thread running the node). Order per
+peer is preserved and at most one request is in flight, so a slow peer never delays another and
+a peer's messages never overtake each other. What ``put`` does with a message:
 
 - coalescing: a heartbeat (or heartbeat response) replaces a queued, not-yet-sent one in place —
   only the newest heartbeat carries information worth sending;

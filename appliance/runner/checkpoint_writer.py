@@ -1,4 +1,4 @@
-"""Writing applied transitions to the checkpoint off the Raft driver thread, merged.
+"""Writing applied transitions to the checkpoint off the Raft path, merged.
 
 Theory of operation
 -------------------

@@ -164,7 +164,7 @@ class Runner:
         self._thread.start()
 
     def _on_leadership(self, leadership: Leadership) -> None:
-        # Called on the Raft driver thread: never block it.
+        # Called by whichever thread runs the Raft node: never block it.
         try:
             self._queue.put_nowait(("leadership", leadership))
         except queue.Full:

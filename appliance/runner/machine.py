@@ -1,9 +1,9 @@
 """The replicated state machine of one voter: the apply hook, the durable checkpoint, reads.
 
 Theory of operation: Raft hands every committed command to :meth:`Machine.apply` in index order,
-on the driver thread. Apply is the core's pure ``apply(state, command)``; what it touched is then
+on whichever thread holds the Raft node's turn (one at a time). Apply is the core's pure ``apply(state, command)``; what it touched is then
 handed, with the applied index, to the checkpoint writer (appliance/runner/checkpoint_writer.py),
-which writes it durably off the driver thread, several transitions merged into one commit when
+which writes it durably off the Raft path, several transitions merged into one commit when
 they queue up. The checkpoint may lag the applied state by what is queued; a restart resumes
 from the checkpoint's applied index and re-applies the committed log entries after it (the log is
 never compacted), which ends in exactly the state that was acknowledged. A command the core
@@ -85,7 +85,7 @@ class Machine:
         self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
 
     def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
-        """``listener(index, command, result)`` after every apply, on the driver thread."""
+        """``listener(index, command, result)`` after every apply, on the applying thread."""
         self._listeners.append(listener)
 
     def apply(self, index: int, data: bytes) -> Accepted | Refused:
@@ -106,7 +106,7 @@ class Machine:
             reader_version = self._reader_version()
             self._checkpoint_complete = self._checkpoint_complete or bool(upserts)
             self.applied_index = index
-        if self._writer is not None:  # in apply order: only the driver thread applies
+        if self._writer is not None:  # in apply order: one thread at a time applies
             self._writer.put(index, upserts, deletes, reader_version)
         for listener in self._listeners:
             listener(index, command, result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Sequence
+from concurrent.futures import Future
 
 from appliance.raft import MemoryLogStorage, RaftConfig, RaftNode
 from appliance.raft.driver import RaftDriver
@@ -18,6 +19,7 @@ from appliance.raft.messages import (
     AppendResponse,
     Entry,
     EntryKind,
+    Message,
     VoteRequest,
     VoteResponse,
 )
@@ -48,6 +50,14 @@ class GatedStorage(MemoryLogStorage):
         super().persist(
             term=term, voted_for=voted_for, truncate_from=truncate_from, entries=entries
         )
+
+
+def deliver_from_a_thread(driver: RaftDriver, message: Message) -> threading.Thread:
+    """Deliver as the transport does, from a thread of its own: ``deliver`` may run the cycle,
+    fsync included, on the caller's thread."""
+    thread = threading.Thread(target=driver.deliver, args=(message,), daemon=True)
+    thread.start()
+    return thread
 
 
 def start_driver(*, campaign: bool) -> tuple[RaftDriver, Recorder, GatedStorage]:
@@ -102,7 +112,12 @@ def test_a_leaders_appends_leave_while_its_own_persist_runs_and_commit_waits_for
     try:
         elect_n1(driver, transport)
         storage.armed = True
-        future = driver.propose(b"x")
+        # The proposer's thread may run the persist itself: propose from a thread of its own.
+        proposed: list[Future[object]] = []
+        proposer = threading.Thread(
+            target=lambda: proposed.append(driver.propose(b"x")), daemon=True
+        )
+        proposer.start()
         assert storage.entered.wait(WAIT_S)
         wait_for(
             lambda: {m.to for m in appends_carrying(transport, b"x")} == {"n2", "n3"},
@@ -113,9 +128,11 @@ def test_a_leaders_appends_leave_while_its_own_persist_runs_and_commit_waits_for
         index = append.entries[-1].index
         assert storage.last_index() < index  # not durable on the leader yet
         driver.deliver(AppendResponse("n2", "n1", append.term, True, index))
-        assert not future.done()  # one follower's copy alone is not a majority of durable ones
+        # one follower's copy alone is not a majority of durable ones
+        assert not (proposed and proposed[0].done())
         storage.release.set()
-        assert future.result(WAIT_S) == index  # leader's durable copy + n2: committed, applied
+        proposer.join(WAIT_S)
+        assert proposed[0].result(WAIT_S) == index  # leader's durable copy + n2: committed, applied
         assert storage.last_index() >= index
     finally:
         storage.release.set()
@@ -127,7 +144,7 @@ def test_an_append_acknowledgement_leaves_only_after_the_entries_are_durable() -
     try:
         storage.armed = True
         entry = Entry(1, 1, EntryKind.NORMAL, b"y")
-        driver.deliver(AppendRequest("n2", "n1", 1, 0, 0, (entry,), 0))
+        deliver_from_a_thread(driver, AppendRequest("n2", "n1", 1, 0, 0, (entry,), 0))
         assert storage.entered.wait(WAIT_S)
         assert not [m for m in transport.sent if isinstance(m, AppendResponse)]
         storage.release.set()
@@ -145,7 +162,7 @@ def test_a_vote_leaves_only_after_the_vote_is_durable() -> None:
     driver, transport, storage = start_driver(campaign=False)
     try:
         storage.armed = True
-        driver.deliver(VoteRequest("n2", "n1", 1, 0, 0, False))
+        deliver_from_a_thread(driver, VoteRequest("n2", "n1", 1, 0, 0, False))
         assert storage.entered.wait(WAIT_S)
         assert not [m for m in transport.sent if isinstance(m, VoteResponse)]
         storage.release.set()
