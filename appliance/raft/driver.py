@@ -1,21 +1,22 @@
-"""The driver: one thread that owns a RaftNode and does its I/O (thesis §10.2).
+"""The driver: runs a RaftNode and does its I/O, one thread at a time (thesis §10.2).
 
-Theory of operation. Every input — a message from the transport, a proposal, a read barrier, a
-tick of the monotonic clock — is handled by whichever thread holds the node's *turn* (a lock):
-only that thread touches the node. A message, a proposal or a read barrier is handled on the
-thread that brings it whenever the turn is free: a follower's append goes from the HTTP worker
-that read it through its fsync and back into the response, an answer from the peer thread that
-read it to the commit, a proposal from the proposer's thread onto the wire, none of them waking
-another thread (each wake-up costs 0.05 to 0.3 ms, several times the work of a step). When the
-turn is taken, the input waits in one bounded inbox; the driver thread takes inputs from it and
-ticks the node from a monotonic clock. Group commit is kept: what queues while one thread holds
-the turn is handled together by the next. Whoever holds the turn first drains what is queued
-(up to ``drain_max`` inputs, so what came first is handled first), then handles its own input,
-then runs the Ready cycle: persist everything in the Ready with ONE ``storage.persist`` call (group
-commit: all proposals and acknowledgements gathered since the last cycle share one fsync), then
-(when the Ready says the node finished recovering a lost store) clear the storage's recovering
-flag in one more durable step, then hand messages to the transport, then apply committed
-entries in index order through the apply hook, then ``advance``. Callers on other threads get
+Theory of operation. Every input — a message from the transport, a proposal, a read barrier, a tick
+of the monotonic clock — is handled by whichever thread holds the node's *turn* (a lock): only that
+thread touches the node. A message, a proposal or a read barrier is handled on the thread that
+brings it whenever the turn is free: a follower's append goes from the HTTP worker that read it
+through its fsync and back into the response, an answer from the peer thread that read it to the
+commit, a proposal from the proposer's thread onto the wire, none of them waking another thread
+(each wake-up costs 0.05 to 0.3 ms, several times the work of a step). When the turn is taken, the
+input waits in one bounded inbox; the driver thread takes inputs from it and wakes for ticks of a
+monotonic clock (whichever thread holds the turn ticks the node when a tick is due, so time passes
+for the node even while callers keep the turn busy). Group commit is kept: what queues while one
+thread holds the turn is handled together by the next. Whoever holds the turn first drains what is
+queued (up to ``drain_max`` inputs, so what came first is handled first), then handles its own
+input, then runs the Ready cycle: persist everything in the Ready with ONE ``storage.persist`` call
+(group commit: all proposals and acknowledgements gathered since the last cycle share one fsync),
+then (when the Ready says the node finished recovering a lost store) clear the storage's recovering
+flag in one more durable step, then hand messages to the transport, then apply committed entries in
+index order through the apply hook, then ``advance``. Callers on other threads get
 ``concurrent.futures.Future`` objects.
 
 One exception to "persist, then send" (thesis §10.2.1, the rule in ``send_order.py``, shared with
@@ -146,6 +147,7 @@ class RaftDriver:
         self._subscribers: list[Callable[[SoftState], None]] = []
         self._reply_slots: dict[str, list[ReplySlot]] = {}  # peer -> slots open this cycle
         self._turn = threading.Lock()  # held by the one thread that is running the node
+        self._next_tick = float("inf")  # when the next tick is due; set by start()
         self._lock = threading.Lock()  # guards _status
         self._status = self._snapshot()
         self._soft = SoftState(node.role, node.term, node.leader_id)
@@ -159,6 +161,7 @@ class RaftDriver:
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("driver already started")
+        self._next_tick = self._clock() + self._tick_s
         self._thread = threading.Thread(target=self._run, name=f"raft-{self._node.id}", daemon=True)
         self._thread.start()
 
@@ -240,6 +243,7 @@ class RaftDriver:
                 return False
             self._drain(self._drain_max - 1)  # what was queued first is handled first
             self._handle(item)
+            self._tick_when_due()
             self._cycle_until_quiet()
         except BaseException as exc:  # same rule as on the driver thread
             failure = exc
@@ -269,14 +273,14 @@ class RaftDriver:
             with self._turn:
                 if self._campaign_at_start:
                     self._node.campaign()
-            next_tick = self._clock() + self._tick_s
             while not self._stop.is_set():
-                self._inbox.wait(max(0.0, next_tick - self._clock()))
+                # Read without the turn: a stale deadline only makes this wait end early.
+                self._inbox.wait(max(0.0, self._next_tick - self._clock()))
                 with self._turn:
                     if self._stop.is_set():  # stopped (or failed inline) while we waited
                         break
                     self._drain(self._drain_max)
-                    next_tick = self._tick_if_due(next_tick)
+                    self._tick_when_due()
                     self._cycle_until_quiet()
         except BaseException as exc:  # anything escaping the loop must stop the node
             self._die(exc)
@@ -284,6 +288,11 @@ class RaftDriver:
             if self.fatal is None:
                 with self._turn:
                     self._fail_all(DriverStopped("driver stopped"))
+
+    def _tick_when_due(self) -> None:
+        """Tick for the time that has passed, whichever thread holds the turn: time passes for
+        the node even while inline callers keep the driver thread from getting the turn."""
+        self._next_tick = self._tick_if_due(self._next_tick)
 
     def _tick_if_due(self, next_tick: float) -> float:
         """Tick the node for the time that has passed; returns when the next tick is due."""

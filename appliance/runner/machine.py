@@ -1,14 +1,15 @@
 """The replicated state machine of one voter: the apply hook, the durable checkpoint, reads.
 
-Theory of operation: Raft hands every committed command to :meth:`Machine.apply` in index order,
-on whichever thread holds the Raft node's turn (one at a time). Apply is the core's pure ``apply(state, command)``; what it touched is then
-handed, with the applied index, to the checkpoint writer (appliance/runner/checkpoint_writer.py),
-which writes it durably off the Raft path, several transitions merged into one commit when
-they queue up. The checkpoint may lag the applied state by what is queued; a restart resumes
-from the checkpoint's applied index and re-applies the committed log entries after it (the log is
-never compacted), which ends in exactly the state that was acknowledged. A command the core
-refuses (a failed compare-and-set) changes nothing and is *reported*, not raised: a refusal is an
-ordinary, replicated result, identical on every voter, and raising would stop the Raft driver.
+Theory of operation: Raft hands every committed command to :meth:`Machine.apply` in index order, on
+whichever thread holds the Raft node's turn (one at a time). Apply is the core's pure
+``apply(state, command)``; what it touched is then handed, with the applied index, to the
+checkpoint writer (appliance/runner/checkpoint_writer.py), which writes it durably off the Raft
+path, several transitions merged into one commit when they queue up. The checkpoint may lag the
+applied state by what is queued; a restart resumes from the checkpoint's applied index and
+re-applies the committed log entries after it (the log is never compacted), which ends in exactly
+the state that was acknowledged. A command the core refuses (a failed compare-and-set) changes
+nothing and is *reported*, not raised: a refusal is an ordinary, replicated result, identical on
+every voter, and raising would stop the Raft driver.
 
 Every read of the state from another thread (the loop, the admission route, ``list``) happens under
 :attr:`Machine.lock`, which apply holds while it mutates; nobody holds it while waiting for Raft.

@@ -12,7 +12,7 @@ import pytest
 
 from appliance.raft import MemoryLogStorage, RaftConfig, RaftNode
 from appliance.raft.driver import DriverStopped, RaftDriver
-from appliance.raft.messages import AppendRequest, AppendResponse, Entry, EntryKind
+from appliance.raft.messages import AppendRequest, AppendResponse, Entry, EntryKind, VoteRequest
 from appliance.raft.reply_slot import ReplySlot
 from tests.raft.test_driver import WAIT_S, ManualClock, Recorder, wait_for
 
@@ -53,11 +53,15 @@ class WatchedStorage(MemoryLogStorage):
 def start_follower(**kwargs):  # type: ignore[no-untyped-def]
     """A follower whose own thread sleeps (ticks are 10 s apart on a clock that stands still),
     so only delivering threads run it."""
+    return start_follower_on(ManualClock(), **kwargs)
+
+
+def start_follower_on(clock: ManualClock, **kwargs):  # type: ignore[no-untyped-def]
     storage = WatchedStorage()
     node = RaftNode(RaftConfig("n1", ("n1", "n2", "n3")), storage, random.Random(3))
     transport = Recorder()
     driver = RaftDriver(
-        node, storage, transport, lambda i, c: i, tick_ms=10_000, clock=ManualClock(), **kwargs
+        node, storage, transport, lambda i, c: i, tick_ms=10_000, clock=clock, **kwargs
     )
     driver.start()
     return driver, transport, storage
@@ -123,3 +127,17 @@ def test_a_failure_on_a_delivering_thread_stops_the_driver_and_fails_later_calls
     assert late.wait(0) is None  # released at once, never handled
     assert not [m for m in transport.sent if isinstance(m, AppendResponse)]
     driver.stop()
+
+
+def test_a_thread_holding_the_turn_ticks_the_node_when_a_tick_is_due() -> None:
+    clock = ManualClock()
+    driver, transport, _ = start_follower_on(clock)
+    try:
+        # Past the longest election timeout (20 ticks of 10 s); the driver's own thread is
+        # asleep for 10 s of real time, so only the delivering thread can notice.
+        clock.advance(210.0)
+        driver.deliver(AppendResponse("n2", "n1", 0, True, 0))  # ignored by a follower
+        asked = [m for m in transport.sent if isinstance(m, VoteRequest)]
+        assert {m.to for m in asked} == {"n2", "n3"} and all(m.pre_vote for m in asked)
+    finally:
+        driver.stop()
