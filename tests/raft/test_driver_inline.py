@@ -6,48 +6,30 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
 
 import pytest
 
-from appliance.raft import MemoryLogStorage, RaftConfig, RaftNode
+from appliance.raft import RaftConfig, RaftNode
 from appliance.raft.driver import DriverStopped, RaftDriver
 from appliance.raft.messages import AppendRequest, AppendResponse, Entry, EntryKind, VoteRequest
 from appliance.raft.reply_slot import ReplySlot
 from tests.raft.test_driver import WAIT_S, ManualClock, Recorder, wait_for
+from tests.raft.test_driver_send_order import GatedStorage
 
 
-class WatchedStorage(MemoryLogStorage):
-    """Records which thread persisted; once ``armed``, persist waits for ``release`` or, with
-    ``fail``, raises (a broken disk)."""
+class WatchedStorage(GatedStorage):
+    """Also records which thread persisted, and with ``fail`` raises (a broken disk)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.threads: list[threading.Thread] = []
-        self.armed = False
         self.fail = False
-        self.entered = threading.Event()
-        self.release = threading.Event()
 
-    def persist(
-        self,
-        *,
-        term: int,
-        voted_for: str | None,
-        truncate_from: int | None = None,
-        entries: Sequence[tuple[int, int, bytes]] = (),
-    ) -> None:
+    def persist(self, **kwargs) -> None:  # type: ignore[no-untyped-def, override]
         self.threads.append(threading.current_thread())
         if self.fail:
             raise OSError("disk gone")
-        if self.armed:
-            self.armed = False
-            self.entered.set()
-            if not self.release.wait(WAIT_S):
-                raise TimeoutError("the test never released the persist")
-        super().persist(
-            term=term, voted_for=voted_for, truncate_from=truncate_from, entries=entries
-        )
+        super().persist(**kwargs)
 
 
 def start_follower(**kwargs):  # type: ignore[no-untyped-def]
