@@ -24,7 +24,7 @@ import logging
 import signal
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, TextIO
 
@@ -162,22 +162,36 @@ class Worker:
             ).start()
 
     def stop(self) -> None:
+        """Listener, engine, admission client, store, in that order. A step that fails is logged
+        and the next ones still run: a listener that would not stop must not leave the engine's
+        threads running (they would keep the process alive) or the data_dir locked."""
         if self.metrics_server is not None:
-            self.metrics_server.stop()
-            self.metrics_server = None
+            server, self.metrics_server = self.metrics_server, None
+            _stop_step("the metrics listener", server.stop)
         if self.server is not None:
-            self.server.stop()
-            self.server = None
+            server, self.server = self.server, None
+            _stop_step("the listener", server.stop)
         if self.engine is not None:
-            if not self.engine.shutdown(ENGINE_SHUTDOWN_SECONDS):
-                log.error("engine shutdown left work behind")
-            self.engine = None
+            engine, self.engine = self.engine, None
+            _stop_step("the engine", lambda: _shut_engine_down(engine))
         if self._client is not None:
-            self._client.close()
-            self._client = None
+            client, self._client = self._client, None
+            _stop_step("the admission client", client.close)
         if self.store is not None:
-            self.store.close()
-            self.store = None
+            store, self.store = self.store, None
+            _stop_step("the store", store.close)
+
+
+def _shut_engine_down(engine: Engine) -> None:
+    if not engine.shutdown(ENGINE_SHUTDOWN_SECONDS):
+        log.error("engine shutdown left work behind")
+
+
+def _stop_step(what: str, step: Callable[[], object]) -> None:
+    try:
+        step()
+    except Exception:
+        log.exception("stopping %s failed; stopping the rest anyway", what)
 
 
 def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO) -> int:
