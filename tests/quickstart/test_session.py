@@ -208,7 +208,10 @@ def test_a_killed_quickstart_does_not_leave_its_worker_holding_the_sealed_port(
         assert qs.proc is not None
         qs.proc.kill()  # SIGKILL: no handler runs, nothing is stopped in order
         qs.proc.wait(10)
-        assert wait_exit(int(pid.group(1)), 30.0), "the worker outlived the quickstart"
+        if not wait_exit(int(pid.group(1)), 30.0):
+            log = tmp_path / "data" / "worker.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.exists() else "(no worker.log)"
+            raise AssertionError(f"the worker outlived the quickstart; its log ends:\n{tail}")
     finally:
         qs.kill()
     again = Quickstart(tmp_path / "data", "--time-scale", TIME_SCALE).start()
