@@ -148,7 +148,7 @@ class RaftDriver:
         self._reply_slots: dict[str, list[ReplySlot]] = {}  # peer -> slots open this cycle
         self._turn = threading.Lock()  # held by the one thread that is running the node
         self._next_tick = float("inf")  # when the next tick is due; set by start()
-        self._lock = threading.Lock()  # guards _status
+        self._lock = threading.Lock()  # guards _status and the first fatal
         self._status = self._snapshot()
         self._soft = SoftState(node.role, node.term, node.leader_id)
         self._stop = threading.Event()
@@ -462,7 +462,13 @@ class RaftDriver:
         )
 
     def _die(self, exc: BaseException) -> None:
-        self.fatal = exc
+        with self._lock:  # two threads may fail at once; the first failure is the cause
+            if self.fatal is not None:
+                log.error(
+                    "raft driver of %s: another failure after stopping: %r", self._node.id, exc
+                )
+                return
+            self.fatal = exc
         self._stop.set()
         log.critical("raft driver of %s stopped: %r", self._node.id, exc)
         with self._turn:  # a thread still inside a cycle finishes it first
