@@ -194,6 +194,34 @@ def test_three_voters_elect_one_leader_and_every_voter_applies_its_proposals(tri
     assert logs["n1"] == logs["n2"] == logs["n3"]
 
 
+def test_concurrent_proposers_and_readers_commit_once_in_one_order_on_every_voter(trio) -> None:  # type: ignore[no-untyped-def]
+    """Proposals, read barriers and the voters' messages all race for the nodes' turns: on
+    the proposers' threads, on the threads delivering (here the loopback runs a follower's whole
+    cycle on the sender's thread) and on the driver threads. Every proposal must commit exactly
+    once, reads must cover what committed before them, and every voter applies the same log."""
+    leader = trio.leader()
+    proposers, each = 8, 40
+
+    def propose_and_read(p: int) -> list[int]:
+        indexes = []
+        for n in range(each):
+            index, _ = leader.propose(b"p%d-%d" % (p, n), timeout_s=WAIT_S)
+            assert leader.read_barrier(timeout_s=WAIT_S) >= index
+            indexes.append(index)
+        return indexes
+
+    with ThreadPoolExecutor(proposers) as pool:
+        indexes = [i for batch in pool.map(propose_and_read, range(proposers)) for i in batch]
+    total = proposers * each
+    assert len(set(indexes)) == total  # no index answered twice
+    wait_for(lambda: all(len(m.applied) == total for m in trio.machines.values()), "apply on all")
+    logs = {i: m.applied for i, m in trio.machines.items()}
+    assert logs["n1"] == logs["n2"] == logs["n3"]
+    assert sorted(c for _, c in logs["n1"]) == sorted(
+        b"p%d-%d" % (p, n) for p in range(proposers) for n in range(each)
+    )
+
+
 def test_a_follower_refuses_proposals_and_reads_naming_the_leader(trio) -> None:  # type: ignore[no-untyped-def]
     leader = trio.leader()
     leader_id = leader.status()["node_id"]
