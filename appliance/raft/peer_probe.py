@@ -9,8 +9,8 @@ stream was the server closing an idle connection, or a quick restart). A host th
 answer at all is never reported: that case is left to the election timeout, as before. Only
 peers named by an IP address are probed: resolving a host name could block the driver.
 
-Used from the driver thread only: a follower asks about its leader on every tick and passes a
-"gone" to ``RaftNode.leader_gone``, which brings its campaign forward.
+Used only by the thread holding the node's turn (one at a time): a follower asks about its leader
+on every tick and passes a "gone" to ``RaftNode.leader_gone``, which brings its campaign forward.
 """
 
 from __future__ import annotations

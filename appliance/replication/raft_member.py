@@ -100,7 +100,8 @@ class RaftMember:
     def stop(self) -> None:
         self.replication.stop()
         if self.probe is not None:
-            self.probe.close()  # the driver thread, its only user, has stopped
+            # Its only users hold the node's turn: the driver's stop waited for the last one.
+            self.probe.close()
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()
