@@ -5,10 +5,12 @@ preallocated -wal is covered by test_crash_safety.py (every open there prealloca
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from appliance.store.sqlite import WAL_PREALLOCATE_BYTES, preallocate_wal
 from appliance.store.versions import RUNNER_FILE_NAME
+from migrations_guard import inspect_store
 from tests.store.helpers import open_runner
 
 
@@ -28,6 +30,29 @@ def test_an_opened_store_has_a_preallocated_wal_that_commits_overwrite_without_g
     with open_runner(data_dir) as again:
         assert again.last_index() == 200
         assert again.entries(200, 201)[0][2] == b"x" * 100
+
+
+def test_a_store_killed_before_its_first_commit_after_an_open_inspects_and_opens_cleanly(
+    tmp_path: Path,
+) -> None:
+    """Killed right after an open: beside the store lies a -wal of zeros (and maybe a -shm)."""
+    live, crashed = tmp_path / "live", tmp_path / "crashed"
+    with open_runner(live) as store:
+        store.persist(term=3, voted_for="n2", entries=[(1, 3, b"kept")])
+    with open_runner(live):  # opened again (a fresh preallocated -wal), then "killed"
+        crashed.mkdir()
+        for path in live.iterdir():  # the files as a SIGKILL would leave them
+            if path.is_file():
+                shutil.copy2(path, crashed / path.name)
+    assert (crashed / (RUNNER_FILE_NAME + "-wal")).read_bytes() == bytes(WAL_PREALLOCATE_BYTES)
+    facts = inspect_store(crashed)
+    assert facts.problems == ()
+    with open_runner(crashed) as store:
+        assert store.hard_state() == (3, "n2")
+        assert store.entries(1, 2) == [(1, 3, b"kept")]
+        store.persist(term=3, voted_for="n2", entries=[(2, 3, b"after")])
+    with open_runner(crashed) as store:
+        assert store.last_index() == 2
 
 
 def test_a_wal_that_already_exists_is_left_alone(tmp_path: Path) -> None:
