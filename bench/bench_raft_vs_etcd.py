@@ -879,6 +879,30 @@ def report_in_process(results: dict[str, list[dict[str, Any]]]) -> None:
     ):
         theirs = med(results["etcd"], key)
         print(f"| {name} | {inner[key]:.2f} | {theirs:.2f} | {inner[key] / theirs:.2f} |")
+    report_paired(results["raft"], results["etcd"])
+
+
+def report_paired(raft_rows: list[dict[str, Any]], etcd_rows: list[dict[str, Any]]) -> None:
+    """Each round's ratio against etcd in the SAME round: the rounds interleave the two sides
+    so that each pair shares the machine's conditions, which a ratio of medians ignores."""
+    pairs = [(r, e) for r, e in zip(raft_rows, etcd_rows, strict=False) if r.get("inproc")]
+    if not pairs:
+        return
+    print()
+    print(
+        "| paired by round (in-process raft / etcd, same round) | each round | median "
+        "| rounds ≤ 1.0 (≥ 1.0 for throughput) |"
+    )
+    print("|---|---|---|---|")
+    for name, key, higher_better in (
+        ("sequential p50", "p50_ms", False),
+        ("sequential p99", "p99_ms", False),
+        ("throughput, 8 proposers", "throughput_per_s", True),
+    ):
+        ratios = [r["inproc"][key] / e[key] for r, e in pairs]
+        good = sum(1 for x in ratios if (x >= 1.0 if higher_better else x <= 1.0))
+        each = ", ".join(f"{x:.2f}" for x in ratios)
+        print(f"| {name} | {each} | {statistics.median(ratios):.2f} | {good} of {len(ratios)} |")
 
 
 def report_python_peer(results: dict[str, list[dict[str, Any]]]) -> None:
