@@ -159,9 +159,11 @@ def serve_bench_client(
 
 
 def run_until_signalled(stop: threading.Event) -> None:
+    from appliance.signal_wait import wait_for_stop
+
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    stop.wait()
+    wait_for_stop(stop)
 
 
 def voter_main(config_path: str, client_port: int) -> int:

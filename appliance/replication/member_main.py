@@ -23,6 +23,7 @@ from appliance.config.credentials import resolve_runner_credentials
 from appliance.config.runner import load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.replication.raft_member import RaftMember
+from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreRefused
 from appliance.store.runner_store import RunnerStore
 
@@ -61,7 +62,7 @@ def serve(config_path: str, environ: Mapping[str, str], stop: threading.Event) -
             f"voters {', '.join(cfg.voters)}",
             flush=True,
         )
-        stop.wait()
+        wait_for_stop(stop)
     finally:
         member.stop()
         store.close()

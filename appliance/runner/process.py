@@ -48,6 +48,7 @@ from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
 from appliance.runner.operator import OperatorError, parse_operator
 from appliance.runner.worker_client import WorkerClient
+from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError
 from appliance.store.runner_store import RunnerStore
 
@@ -275,7 +276,7 @@ def run_runner(
         target=read_commands, args=(process, stdin, stdout), name="stdin", daemon=True
     )
     reader.start()
-    process.stopping.wait()
+    wait_for_stop(process.stopping)
     log.emit("shutdown", at=format_utc(datetime.fromtimestamp(int(clock.now_s()), UTC)))
     process.stop()
     return 1 if process.fatal is not None else 0

@@ -47,6 +47,7 @@ from appliance.runner.process import RunnerProcess, make_clock, read_commands
 from appliance.runner.quickstart_console import Console, LockedStream
 from appliance.runner.quickstart_files import RUNNER_FILE, Layout, QuickstartError, prepare
 from appliance.runner.worker_client import WorkerClient
+from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError
 from appliance.store.runner_store import RunnerStore
 
@@ -259,7 +260,7 @@ def run_quickstart(
             threading.Thread(
                 target=read_commands, args=(process, stdin, terminal), name="stdin", daemon=True
             ).start()
-            process.stopping.wait()
+            wait_for_stop(process.stopping)
             process.stop()
         print(f"{PREFIX}: stopped", file=stdout, flush=True)
         return 1 if process.fatal is not None else 0

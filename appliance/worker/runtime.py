@@ -36,6 +36,7 @@ from appliance.engine.clock import Clock
 from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
 from appliance.http import HttpClient, HttpServer
 from appliance.metrics.worker import WorkerMetrics
+from appliance.signal_wait import wait_for_stop
 from appliance.store.worker_store import WorkerStore
 from appliance.worker.admission import AdmissionClient
 from appliance.worker.child_pids import ChildPidFile
@@ -231,7 +232,7 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
             "killed_children": worker.killed_children,
         }
         print(json.dumps(ready), file=out, flush=True)
-        stop.wait()
+        wait_for_stop(stop)
     finally:
         worker.stop()
     return 0

@@ -1,0 +1,67 @@
+"""A stop signal that the kernel delivers to a thread other than the main one still stops the
+process: the main thread waits in slices, so the pending Python handler runs.
+
+The child blocks SIGTERM on its main thread after starting another thread (threads keep the mask
+they were created with), so the kernel must deliver SIGTERM to that other thread: exactly the case
+an untimed ``Event.wait()`` on the main thread never wakes from."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import signal, sys, threading, time
+from appliance.signal_wait import wait_for_stop
+
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()  # SIGTERM lands here
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+print("ready", flush=True)
+if sys.argv[1] == "untimed":
+    stop.wait()
+else:
+    wait_for_stop(stop)
+print("stopped", flush=True)
+"""
+
+
+def run_child(mode: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, mode], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    os.kill(child.pid, signal.SIGTERM)
+    return child
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
+def test_a_stop_signal_delivered_to_another_thread_stops_the_main_threads_wait() -> None:
+    child = run_child("sliced")
+    try:
+        out, _ = child.communicate(timeout=10)
+    finally:
+        child.kill()
+    assert out.strip() == "stopped"
+    assert child.returncode == 0
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="needs pthread_sigmask")
+def test_an_untimed_wait_would_not_wake_for_it() -> None:
+    """The failure the sliced wait exists for (so the test above can fail)."""
+    child = run_child("untimed")
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.communicate(timeout=2)
+    finally:
+        child.kill()
+        child.wait(10)
