@@ -52,16 +52,8 @@ class Transition:
     min_reader_version: int | None
 
 
-@dataclass(frozen=True)
-class Merged:
-    index: int
-    upserts: dict[str, bytes]
-    deletes: frozenset[str]
-    min_reader_version: int | None
-
-
-def merge(transitions: list[Transition]) -> Merged:
-    """One write equal to applying ``transitions`` in order (non-empty, ascending indexes)."""
+def merge(transitions: list[Transition]) -> Transition:
+    """One transition equal to applying ``transitions`` in order (non-empty, ascending indexes)."""
     upserts: dict[str, bytes] = {}
     deletes: set[str] = set()
     versions = [t.min_reader_version for t in transitions if t.min_reader_version is not None]
@@ -72,7 +64,9 @@ def merge(transitions: list[Transition]) -> Merged:
         for name, data in t.upserts.items():
             deletes.discard(name)
             upserts[name] = data
-    return Merged(transitions[-1].index, upserts, frozenset(deletes), max(versions, default=None))
+    return Transition(
+        transitions[-1].index, upserts, frozenset(deletes), max(versions, default=None)
+    )
 
 
 class CheckpointWriter:
