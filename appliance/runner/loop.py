@@ -58,7 +58,13 @@ from appliance.runner import ownership
 from appliance.runner.binding import authority_of, execution_id, make_binding
 from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
-from appliance.runner.machine import Accepted, Machine, Refused, encode_command
+from appliance.runner.machine import (
+    Accepted,
+    Machine,
+    NotYetApplicable,
+    Refused,
+    encode_command,
+)
 from appliance.runner.operator import MUTATIONS, OperatorCommand, OperatorError, error_reply
 from appliance.runner.worker_client import CancelResult, ExecResult, ObserveResult, WorkerClient
 
@@ -125,8 +131,12 @@ class Runner:
         clock: Clock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
+        gate: Callable[[str], str | None] | None = None,
     ) -> None:
         self.cfg = cfg
+        # The version gate (appliance/capabilities.py): why a command kind may not be proposed
+        # yet, or None. Without one (tests, a single binary) every kind this binary knows goes.
+        self._gate = gate
         self.unknown_poll_s = unknown_poll_s
         self.node_id = cfg.node_id
         self.machine = machine
@@ -293,6 +303,9 @@ class Runner:
 
     def _raw_propose(self, command: Any) -> Any:
         """The apply result, or the exception: safe on any thread (touches no loop state)."""
+        refusal = self._gate(type(command).__name__) if self._gate is not None else None
+        if refusal is not None:  # definite: nothing was proposed
+            return Refused(NotYetApplicable(refusal))
         try:
             return self.replication.propose(encode_command(command), timeout_s=PROPOSE_TIMEOUT_S)
         except Exception as exc:
