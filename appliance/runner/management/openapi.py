@@ -315,7 +315,12 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                         "required": True,
                         "content": {"application/json": {"schema": {"$ref": _REF + "Command"}}},
                     },
-                    "responses": {**read_responses, "400": {"$ref": _ERR + "BadRequest"}},
+                    "responses": {
+                        **read_responses,
+                        "400": {"$ref": _ERR + "BadRequest"},
+                        "404": {"$ref": _ERR + "NoSuchId"},
+                        "422": {"$ref": _ERR + "StateForbids"},
+                    },
                 }
             },
             MCP_PATH: {
@@ -395,6 +400,10 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                         "outcome": {"const": "uncertain"},
                         "retry_safe": {"const": False},
                         "leader_hint": {"type": "string"},
+                        "leader_host": {
+                            "type": "string",
+                            "description": "the owner's advertise host (409 only)",
+                        },
                         "error": {
                             "type": "object",
                             "required": ["code", "message"],
@@ -413,7 +422,17 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"$ref": _REF + "Ok"}}},
                 },
                 "BadRequest": _error_response(
-                    "malformed command (error.field names it) or missing/false attestation"
+                    "malformed command (error.field names it) or missing/false attestation; "
+                    "nothing changed"
+                ),
+                "NoSuchId": _error_response(
+                    "definite refusal: no such schedule (no_such_schedule) or occurrence "
+                    "(no_such_occurrence); the message is the core's reason; nothing changed"
+                ),
+                "StateForbids": _error_response(
+                    "definite refusal: the occurrence's state or a limit forbids the command "
+                    "(not_allowed_in_state, schedule_limit, checkpoint_full, refused); the "
+                    "message is the core's reason; nothing changed"
                 ),
                 "Unauthorized": _error_response("missing or invalid management bearer"),
                 "Forbidden": _error_response(
@@ -422,8 +441,9 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                 "NotOwner": _error_response("no acquired owner; command not accepted"),
                 "TooLarge": _error_response("request body exceeds the transport limit"),
                 "Unavailable": _error_response(
-                    "queue full (accepted: false) or uncertain outcome after admission "
-                    "(outcome: uncertain, retry_safe: false)"
+                    "queue full (accepted: false), a read the runner could not answer, or a "
+                    "mutation whose outcome is truly unknown (outcome: uncertain, retry_safe: "
+                    "false)"
                 ),
             },
         },
