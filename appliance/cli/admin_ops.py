@@ -431,7 +431,12 @@ def render_health(health: dict[str, Any]) -> str:
     parts = ["\n".join(lines), table(voters)]
     warnings = [w for w in health.get("warnings") or [] if isinstance(w, dict)]
     if warnings:
-        parts.append("\n".join(f"WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
+        parts.append(
+            "\n".join(
+                f"{str(w.get('severity') or 'warning').upper()} {w.get('code')}: {w.get('message')}"
+                for w in warnings
+            )
+        )
     else:
         parts.append("no warnings")
     return "\n\n".join(parts)
