@@ -54,10 +54,11 @@ def test_history_prints_drop_counters_recent_reasons_and_a_timeline_table(live: 
     assert code == 0, err
     assert "dropped slots: missed 2, overlap 0, capacity 0" in out
     lines = out.splitlines()
-    header = next(line for line in lines if line.startswith("OCCURRENCE"))
+    header = next(line for line in lines if line.startswith("OCC"))
     assert header.split() == [
-        "OCCURRENCE", "DUE", "ATTEMPT", "STATE", "AT", "REASON", "EXECUTION", "FAILURE"
+        "OCC", "DUE", "TRY", "STATE", "AT", "REASON", "EXECUTION", "FAILURE"
     ]  # fmt: skip
+    assert all(len(line) <= 100 for line in lines)
     rows = lines[lines.index(header) + 1 :]
     assert rows[0].split()[:4] == ["1", "2027-01-15T08:01:00Z", "1", "Pending"]
     assert rows[2].split()[1:2] == ["Succeeded"] and rows[2].split()[-1] == "s1-o1-a1"
