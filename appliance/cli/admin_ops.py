@@ -342,6 +342,12 @@ def describe_error(status: int, reply: dict[str, Any]) -> str:
         host = reply.get("leader_host")
         text += f" (leader hint: {escape(str(reply['leader_hint']))}"
         text += f" at {escape(str(host))})" if host else ")"
+    problems = error.get("problems")
+    if isinstance(problems, list) and len(problems) > 1:
+        for problem in problems:
+            if isinstance(problem, dict):
+                field, why = str(problem.get("field")), str(problem.get("message"))
+                text += f"\n  {escape(field)}: {escape(why)}"
     if reply.get("accepted") is False:
         text += " [not accepted]"
     if reply.get("outcome") == "uncertain":

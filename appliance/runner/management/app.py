@@ -166,7 +166,13 @@ class _Commands:
             log.info("management: refused %r (%s): %s", action, role, refused.code)
             send(
                 resp,
-                error_outcome(refused.status, refused.code, refused.message, field=refused.field),
+                error_outcome(
+                    refused.status,
+                    refused.code,
+                    refused.message,
+                    field=refused.field,
+                    problems=refused.problems,
+                ),
             )
             return
         send(resp, run_command(self._gateway, command, role, self._options.reply_timeout_s))

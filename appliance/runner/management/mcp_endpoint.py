@@ -285,7 +285,13 @@ class McpEndpoint:
             if refused.shape:
                 raise RpcError(INVALID_PARAMS, refused.message) from None
             return self._tool_result(
-                error_outcome(refused.status, refused.code, refused.message, field=refused.field)
+                error_outcome(
+                    refused.status,
+                    refused.code,
+                    refused.message,
+                    field=refused.field,
+                    problems=refused.problems,
+                )
             )
         return self._tool_result(run_command(self._gateway, command, role, self._reply_timeout_s))
 

@@ -411,6 +411,17 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                                 "code": {"type": "string"},
                                 "message": {"type": "string"},
                                 "field": {"type": "string"},
+                                "problems": {
+                                    "type": "array",
+                                    "description": "every problem of an invalid definition",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "field": {"type": "string"},
+                                            "message": {"type": "string"},
+                                        },
+                                    },
+                                },
                             },
                         },
                     },

@@ -94,11 +94,19 @@ def redact(value: Any) -> Any:
 
 
 def error_outcome(
-    status: int, code: str, message: str, *, field: str | None = None, **top: Any
+    status: int,
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    problems: list[dict[str, str]] | None = None,
+    **top: Any,
 ) -> Outcome:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
+    if problems:
+        error["problems"] = problems
     body: dict[str, Any] = {"ok": False, "status": status, **top, "error": error}
     return Outcome(status, body)
 
