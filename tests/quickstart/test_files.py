@@ -195,3 +195,35 @@ def test_a_new_data_dir_is_private_and_an_existing_one_keeps_its_mode(tmp_path: 
     existing.chmod(0o755)
     prepare(existing, NOW)
     assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+
+
+def test_the_default_data_dir_is_per_user_outside_the_checkout(tmp_path: Path) -> None:
+    from appliance.runner.quickstart_files import default_data_dir
+
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    found, why = default_data_dir(cwd, {"XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": "/h"})
+    assert found == tmp_path / "xdg" / "appliance" / "quickstart" and "XDG_DATA_HOME" in why
+    found, why = default_data_dir(cwd, {"HOME": str(tmp_path / "home")})
+    assert found == tmp_path / "home" / ".local" / "share" / "appliance" / "quickstart"
+    # a relative XDG_DATA_HOME is ignored (XDG Base Directory spec)
+    found, _ = default_data_dir(cwd, {"XDG_DATA_HOME": "rel", "HOME": str(tmp_path / "home")})
+    assert found.parent.parent.parent == tmp_path / "home" / ".local"
+    assert cwd not in found.parents
+
+
+def test_an_existing_checkout_data_dir_is_still_found_and_used(tmp_path: Path) -> None:
+    from appliance.runner.quickstart_files import default_data_dir
+
+    (tmp_path / "appliance-quickstart").mkdir()
+    found, why = default_data_dir(tmp_path, {"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert found == tmp_path / "appliance-quickstart" and "earlier run" in why
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "appliance-quickstart").write_text("not a directory")
+    found, _ = default_data_dir(tmp_path / "elsewhere", {"XDG_DATA_HOME": str(tmp_path / "x")})
+    assert found == tmp_path / "x" / "appliance" / "quickstart"
+
+
+def test_git_ignores_a_checkout_data_dir() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert "appliance-quickstart/" in (root / ".gitignore").read_text().splitlines()
