@@ -78,6 +78,13 @@ def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON reply unchanged")
 
 
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("occurrence_id", type=int, metavar="OCCURRENCE_ID")
+    parser.add_argument(
+        "--attempt", type=int, metavar="N", help="this attempt (default: the latest dispatched)"
+    )
+
+
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "what",
@@ -108,8 +115,9 @@ def register(groups: argparse._SubParsersAction) -> None:
         ),
         (
             "output",
-            "an occurrence's console output, fetched from the worker through the runner",
-            lambda p: p.add_argument("occurrence_id", type=int, metavar="OCCURRENCE_ID"),
+            "what an occurrence's attempt did: completion value, error and stack, console "
+            "output, timings (fetched from the worker through the runner)",
+            _output_arguments,
         ),
         (
             "create",
@@ -184,7 +192,8 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
         )
     if action == "output":
         oid = _positive(args.occurrence_id, "OCCURRENCE_ID")
-        return "GET", f"/scheduler/v1/occurrences/{oid}/output", None
+        query = "" if args.attempt is None else f"?attempt={_positive(args.attempt, '--attempt')}"
+        return "GET", f"/scheduler/v1/occurrences/{oid}/output{query}", None
     command: dict[str, Any] = {"action": action}
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
@@ -297,7 +306,7 @@ def _render_ok(args: argparse.Namespace, reply: dict[str, Any], tz: Any, termina
     if action == "history":
         return render_history(reply, tz)
     if action == "output":
-        return render_output(reply, terminal=terminal)
+        return render_output(reply, terminal=terminal, tz=tz)
     if action == "list":
         result = reply.get("result") if isinstance(reply.get("result"), dict) else {}
         if args.what == "occurrences":
@@ -528,16 +537,43 @@ def render_history(reply: dict[str, Any], tz: Any = None) -> str:
     return "\n\n".join(parts)
 
 
-def render_output(reply: dict[str, Any], *, terminal: bool = False) -> str:
-    """The console text (escaped on a terminal, newlines and tabs kept) and a trailer."""
+def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = None) -> str:
+    """What one attempt did: its console text (escaped on a terminal, newlines and tabs kept),
+    then its value or error (with the stack) and timings, then a trailer."""
+    tz = tz or zone(None)
     output = reply.get("output") or {}
     text = output.get("text") or ""
     if terminal:
         text = escape(text, keep_layout=True)
+    parts = [text + ("" if text.endswith("\n") or not text else "\n")] if text else []
+    value = reply.get("value")
+    if isinstance(value, dict):
+        cut = " (truncated)" if value.get("truncated") else ""
+        parts.append(f"-- value: {escape(str(value.get('json')))}{cut}\n")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        reason = f"{reply.get('reason')}: " if reply.get("reason") else ""
+        parts.append(f"-- error: {escape(reason + str(error.get('message')))}\n")
+        if error.get("stack"):
+            cut = "\n   (stack truncated)" if error.get("stack_truncated") else ""
+            stack = escape(str(error["stack"]), keep_layout=True)
+            parts.append("\n".join(f"   {line}" for line in stack.splitlines()) + cut + "\n")
+    elif reply.get("reason") and reply.get("status") != "completed":
+        parts.append(f"-- reason: {escape(str(reply.get('reason')))}\n")
+    if reply.get("note"):
+        parts.append(f"-- note: {escape(str(reply.get('note')))}\n")
+    if reply.get("started_at"):
+        took = reply.get("duration_ms")
+        parts.append(
+            f"-- ran {iso_time(reply.get('started_at'), tz)} to "
+            f"{iso_time(reply.get('finished_at'), tz)}"
+            + (f" ({took} ms)" if isinstance(took, int) else "")
+            + "\n"
+        )
     note = (
         f"-- occurrence {reply.get('occurrence_id')} attempt {reply.get('attempt')} "
         f"({reply.get('execution_id')}, {reply.get('status')}): {output.get('bytes')} bytes"
     )
     if output.get("truncated"):
         note += ", truncated"
-    return f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}{note} --"
+    return "".join(parts) + note + " --"

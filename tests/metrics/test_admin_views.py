@@ -75,7 +75,9 @@ def test_output_prints_the_console_text_and_a_trailer(live: Live) -> None:
     _workload(live)
     code, out, _ = run(live, ["output", "2"])
     assert code == 0
-    assert out.startswith("tick\n-- occurrence 2 attempt 1 (s1-o2-a1, completed): 5 bytes --")
+    assert out.startswith(
+        "tick\n-- value: null\n-- occurrence 2 attempt 1 (s1-o2-a1, completed): 5 bytes --"
+    )
 
 
 def test_status_shows_voters_owner_grant_worker_pool_and_warnings(live: Live) -> None:
