@@ -120,3 +120,47 @@ def test_admin_output_prints_the_error_with_its_stack_and_the_value(live: Live) 
     assert code == 0 and '-- value: {"answer": 42}' in out and "(250 ms)" in out
     code, _, err = run(live, ["output", "1", "--attempt", "0"])
     assert code == 2 and "--attempt" in err
+
+
+def _mcp(live: Live, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+    from tests.management.mcp_raw import call, headers, rpc
+
+    if method == "tools/call":
+        assert params is not None
+        document, extra = call(params["name"], params["arguments"])
+    else:
+        document, extra = rpc(method), headers(method)
+    response = live.http.request(
+        "POST",
+        f"http://127.0.0.1:{live.listener.port}/mcp",
+        body=json.dumps(document).encode(),
+        bearer=TOKENS["operator"],
+        headers=extra,
+    )
+    return {"_status": response.status, **response.json()}
+
+
+def test_the_mcp_extension_tool_shows_what_ran(live: Live) -> None:
+    _fail_then_succeed(live)
+    tools = [t["name"] for t in _mcp(live, "tools/list")["result"]["tools"]]
+    assert "scheduler_occurrence" in tools
+    detail = _mcp(
+        live, "tools/call", {"name": "scheduler_occurrence", "arguments": {"occurrence_id": 1}}
+    )["result"]
+    assert detail["isError"] is False
+    occurrence = detail["structuredContent"]["occurrence"]
+    assert occurrence["attempts"][0]["report"]["error"]["message"] == "Error: boom"
+    one = _mcp(
+        live,
+        "tools/call",
+        {"name": "scheduler_occurrence", "arguments": {"occurrence_id": 1, "attempt": 1}},
+    )["result"]
+    assert json.loads(one["content"][0]["text"])["error"]["message"] == "Error: boom"
+    missing = _mcp(
+        live, "tools/call", {"name": "scheduler_occurrence", "arguments": {"occurrence_id": 9}}
+    )["result"]
+    assert missing["isError"] is True and missing["structuredContent"]["status"] == 404
+    bad = _mcp(
+        live, "tools/call", {"name": "scheduler_occurrence", "arguments": {"occurrence_id": 0}}
+    )
+    assert bad["_status"] == 400 and bad["error"]["code"] == -32602

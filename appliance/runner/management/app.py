@@ -259,7 +259,7 @@ def create_management_app(
         STATUS_PATH: _Read("status", gateway, options),
         SCHEDULES_PATH: _Read("list", gateway, options),
         COMMANDS_PATH: _Commands(gateway, limits, options),
-        MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s),
+        MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s, observability),
     }
     if observability is not None:
         routes.update(observability_routes(observability))

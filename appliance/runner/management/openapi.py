@@ -97,7 +97,8 @@ def _extension_paths() -> dict[str, Any]:
             "get": {
                 "operationId": "occurrence",
                 "summary": "extension: one occurrence's detail (due time, timeline, attempt, "
-                "execution id, failure reason); a local view",
+                "execution id, failure reason, a retry's note) with each dispatched attempt's "
+                "report fetched from the worker (the newest 5); a local view",
                 "parameters": [_id_parameter("occurrence_id")],
                 "responses": {
                     "200": _view("OccurrenceDetail", "the retained record"),
@@ -109,12 +110,22 @@ def _extension_paths() -> dict[str, Any]:
         OUTPUT_PATH: {
             "get": {
                 "operationId": "occurrence_output",
-                "summary": "extension: the console output of the occurrence's latest "
-                "dispatched attempt, fetched from the worker (at most 64 KiB)",
-                "parameters": [_id_parameter("occurrence_id")],
+                "summary": "extension: what one attempt did — completion value (JSON, at most "
+                "16 KiB), the thrown error's message and stack (at most 8 KiB), console output "
+                "(at most 64 KiB), timings — fetched from the worker; the latest dispatched "
+                "attempt unless ?attempt=N",
+                "parameters": [
+                    _id_parameter("occurrence_id"),
+                    {
+                        "name": "attempt",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    },
+                ],
                 "responses": {
-                    "200": _view("Output", "the output as the worker holds it"),
-                    "404": _error_response("no such occurrence, or never dispatched"),
+                    "200": _view("Output", "the attempt as the worker holds it"),
+                    "404": _error_response("no such occurrence or attempt, or never dispatched"),
                     "502": _error_response("the worker did not return the execution"),
                     **by_id,
                 },
@@ -236,6 +247,24 @@ def _extension_schemas() -> dict[str, Any]:
                 "attempt": {"type": "integer"},
                 "execution_id": {"type": "string"},
                 "status": {"type": "string"},
+                "reason": {"type": ["string", "null"]},
+                "note": {"type": ["string", "null"]},
+                "value": {
+                    "type": ["object", "null"],
+                    "description": "completed runs: the completion value as JSON text",
+                    "properties": {"json": {"type": "string"}, "truncated": {"type": "boolean"}},
+                },
+                "error": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "message": {"type": "string"},
+                        "stack": {"type": ["string", "null"]},
+                        "stack_truncated": {"type": "boolean"},
+                    },
+                },
+                "started_at": _INSTANT,
+                "finished_at": _INSTANT,
+                "duration_ms": {"type": ["integer", "null"]},
                 "output": {
                     "type": "object",
                     "properties": {
