@@ -4,9 +4,10 @@
 next run (computed here from the definition's cron and timezone, strictly after the later of
 now and the schedule's observed cursor; ``disabled`` when disabled), its last outcome (the
 newest retained occurrence that is no longer live) and counts (active = not yet terminal, and
-the retained Succeeded/Failed). Per occurrence: due time, state, attempt, when it last moved and
-a note — ``retrying at T (attempt 2 of 3)`` for a retry, the failure reason, or what an Unknown
-occurrence waits for. Every time is ISO 8601 in the ``--tz`` zone; every cell is escaped.
+the retained Succeeded/Failed). Per occurrence: due time, state, attempt and a note (its
+timeline is in ``history``) — ``retrying at T (attempt 2 of 3)`` for a retry, the failure reason,
+or what an Unknown occurrence waits for. Every time is ISO 8601 in the ``--tz`` zone; every cell
+is escaped.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ OCCURRENCE_COLUMNS: Final = (
     Column("due", "DUE"),
     Column("state", "STATE"),
     Column("attempt", "TRY", right=True),
-    Column("at", "UPDATED"),
     Column("note", "NOTE", wrap=True),
 )
 
@@ -63,16 +63,6 @@ def next_run(schedule: Mapping[str, Any], now_s: float) -> datetime | None:
     cursor = schedule.get("cursor")
     after_s = max(now_s, cursor if isinstance(cursor, int | float) else 0)
     return compiled.next_after(datetime.fromtimestamp(int(after_s), UTC))
-
-
-def _last_moved(occurrence: Mapping[str, Any]) -> Any:
-    timeline = occurrence.get("timeline") or []
-    last = timeline[-1] if timeline else None
-    if isinstance(last, list | tuple) and len(last) >= 2:
-        return last[1]
-    if isinstance(last, Mapping):
-        return last.get("at")
-    return None
 
 
 def schedule_rows(
@@ -160,7 +150,6 @@ def occurrence_rows(
             "due": iso_time(o.get("due"), tz),
             "state": o.get("state"),
             "attempt": o.get("attempt"),
-            "at": iso_time(_last_moved(o), tz),
             "note": occurrence_note(o, _max_retries(schedules, o.get("schedule_id")), tz),
         }
         for o in shown

@@ -164,7 +164,7 @@ def test_list_schedules_with_tz_prints_offsets_and_still_fits() -> None:
 def test_list_occurrences_filters_limits_and_says_retrying_at() -> None:
     text = admin_views.render_occurrences(LIST)
     lines = text.splitlines()
-    assert lines[0].split() == ["ID", "SCHED", "DUE", "STATE", "TRY", "UPDATED", "NOTE"]
+    assert lines[0].split() == ["ID", "SCHED", "DUE", "STATE", "TRY", "NOTE"]
     assert all(len(line) <= WIDTH_COLUMNS for line in lines)
 
     def note_of(oid: str) -> str:
