@@ -3,7 +3,7 @@
 The page is read block by block, in order: an ``sh`` block runs in bash (cwd: a fresh directory
 holding the quickstart's ``./walkthrough`` data dir; the installed ``appliance`` on PATH), the
 ``text`` block after it must match what it printed (whitespace-insensitive, ``…`` = anything, lines
-in order), and a ``console`` block is awaited line by line on the quickstart's stdout. Lines marked
+in order), and a ``terminal`` block is awaited line by line on the quickstart's stdout. Lines marked
 ``# yours`` (an address, an id, a pid) are replaced by the values of this session, and what a
 block exports or sources holds for the later ones (one terminal): ``OCC`` is
 taken from the console line that names a dispatched occurrence. The quickstart runs with a 10x
@@ -70,8 +70,8 @@ def match_in_order(expected: list[str], output: str) -> None:
 
 def test_the_page_has_every_kind_of_step() -> None:
     kinds = [language for language, _ in blocks(PAGE.read_text())]
-    assert {"sh", "text", "console"} <= set(kinds)
-    assert kinds.count("console") >= 6
+    assert {"sh", "text", "terminal"} <= set(kinds)
+    assert kinds.count("terminal") >= 6
 
 
 @pytest.mark.timeout(300)
@@ -117,7 +117,7 @@ def test_the_walkthrough_runs_as_written(tmp_path: Path) -> None:
                 session += [line for line in script if line.startswith(("export ", ". "))]
             elif language == "text":
                 match_in_order(lines, last_output)
-            elif language == "console":
+            elif language == "terminal":
                 if lines[0].startswith("appliance quickstart: stopping"):
                     assert qs.interrupt() == 0, qs.transcript()
                     match_in_order(lines, "\n".join(qs.stdout_lines))
