@@ -2,15 +2,19 @@
 
 Operator commands over the management listener (docs/management.md). The bearer comes from an
 environment variable named with ``--token-env`` (never from a flag value, which would show in
-``ps`` and shell history); the address must be loopback, like the listener itself, so the token
-never crosses a network in clear. Human-readable tables by default, ``--json`` prints the
-listener's JSON reply unchanged for scripts.
+``ps`` and shell history); every address must be loopback, like the listener itself, so the token
+never crosses a network in clear. Several endpoints may be given (``--addr`` repeated, or
+``$APPLIANCE_MANAGEMENT_ADDR``): the command goes to the acquired owner among them
+(``admin_endpoints``). Human-readable tables within 100 columns by default, times in ISO 8601
+(UTC, or ``--tz``), operator-supplied text escaped (``admin_text``, ``admin_views``); ``--json``
+prints the listener's JSON reply unchanged for scripts.
 
 ``status`` also shows the voter's health view (every voter's role, term, reachability and lag, the
 acquired owner and epoch, the worker, the grant, warnings); with ``--worker-metrics`` it scrapes
 the worker's metrics listener for pool pressure. ``history SCHEDULE_ID`` prints the schedule's drop
 counters, recent drop reasons and every retained occurrence's transition timeline; ``output
-OCCURRENCE_ID`` prints an occurrence's console output, fetched through the runner from the worker.
+OCCURRENCE_ID [--attempt N]`` prints what an attempt did (console output, completion value or
+error with its stack, timings), fetched through the runner from the worker.
 
 Exit codes: 0 success; 1 refused or failed (including an uncertain outcome: the message says to
 inspect state, never to retry creation blindly); 2 invalid input (nothing was sent).
