@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 from collections.abc import Iterator
@@ -227,3 +228,34 @@ def test_an_existing_checkout_data_dir_is_still_found_and_used(tmp_path: Path) -
 def test_git_ignores_a_checkout_data_dir() -> None:
     root = Path(__file__).resolve().parents[2]
     assert "appliance-quickstart/" in (root / ".gitignore").read_text().splitlines()
+
+
+def test_without_data_dir_the_quickstart_writes_outside_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """The README's command as is (no --data-dir): files go to ~/.local/share, path printed."""
+    from tests.quickstart.session import Quickstart
+
+    home, cwd = tmp_path / "home", tmp_path / "checkout"
+    home.mkdir()
+    cwd.mkdir()
+    qs = Quickstart(tmp_path / "unused", "--time-scale", "60")
+    qs.argv = [a for a in qs.argv if a not in ("--data-dir", str(tmp_path / "unused"))]
+    qs.env = {**qs.env, "HOME": str(home)}
+    qs.env.pop("XDG_DATA_HOME", None)
+    expected = home / ".local" / "share" / "appliance" / "quickstart"
+    original = os.getcwd()
+    os.chdir(cwd)  # Popen inherits it
+    try:
+        qs.start()
+    finally:
+        os.chdir(original)
+    try:
+        qs.expect(lambda line: "Ctrl-C stops both" in line, "the banner")
+        assert qs.stdout_lines[0].startswith(f"appliance quickstart: data in {expected} ")
+        assert "per-user data directory (~/.local/share)" in qs.stdout_lines[1]
+        assert (expected / "credentials.env").exists()
+        assert list(cwd.iterdir()) == []  # nothing in the checkout
+        assert qs.interrupt() == 0
+    finally:
+        qs.kill()
