@@ -44,6 +44,7 @@ from appliance.cli.admin_endpoints import (
 from appliance.cli.admin_text import BadZone, Column, escape, fit_table, iso_time, zone
 from appliance.config.loopback import ENV_NAMES
 from appliance.http import AmbiguousSend, ConnectFailed, HttpClient
+from appliance.runner.report_text import retry_note
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -492,6 +493,7 @@ def history_rows(occurrences: list[dict[str, Any]], tz: Any = None) -> list[dict
     tz = tz or zone(None)
     rows: list[dict[str, Any]] = []
     for occurrence in occurrences:
+        failure = occurrence.get("failure_reason") or ""
         timeline = occurrence.get("timeline") or [{}]
         for i, step in enumerate(timeline):
             first, last = i == 0, i == len(timeline) - 1
@@ -504,7 +506,7 @@ def history_rows(occurrences: list[dict[str, Any]], tz: Any = None) -> list[dict
                     "at": iso_time(step.get("at"), tz),
                     "reason": step.get("reason"),
                     "execution": (occurrence.get("execution_id") or "") if last else "",
-                    "failure": (occurrence.get("failure_reason") or "") if last else "",
+                    "failure": failure if last else "",
                 }
             )
     return rows
@@ -535,10 +537,23 @@ def render_history(reply: dict[str, Any], tz: Any = None) -> str:
         if isinstance(drop, dict)
     ]
     parts.append(f"recent drops:\n{table(recent)}")
-    rows = history_rows(reply.get("occurrences") or [], tz)
+    occurrences = [o for o in reply.get("occurrences") or [] if isinstance(o, dict)]
+    rows = history_rows(occurrences, tz)
     parts.append(f"timeline:\n{fit_table(rows, HISTORY_COLUMNS) if rows else '(none)'}")
+    retries = (policy.get("retry") or {}).get("max_retries")
+    waiting = [
+        f"occurrence {o.get('id')}: {note}"
+        for o in occurrences
+        if (note := retry_note(o, retries, _when(o.get("not_before_at"), tz))) is not None
+    ]
+    if waiting:
+        parts.append("\n".join(waiting))
     parts.append("(a local view of this voter's replica; it may lag the acquired owner)")
     return "\n\n".join(parts)
+
+
+def _when(instant: Any, tz: Any) -> str | None:
+    return None if instant is None else iso_time(instant, tz)
 
 
 def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = None) -> str:

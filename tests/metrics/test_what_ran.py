@@ -79,6 +79,10 @@ def test_a_retry_waiting_occurrence_says_when_it_retries(live: Live) -> None:
     code, out, _ = run(live, ["list", "occurrences"])
     words = " ".join(out.split())
     assert code == 0 and "retrying at 2027-01-15T08:02:00Z (attempt 2 of 3)" in words
+    code, out, _ = run(live, ["history", "1"])
+    words = " ".join(out.split())
+    assert code == 0 and "retrying at 2027-01-15T08:02:00Z (attempt 2 of 3)" in words
+    assert all(len(line) <= 100 for line in out.splitlines())
 
 
 def test_every_attempt_shows_its_value_error_output_and_timings(live: Live) -> None:
