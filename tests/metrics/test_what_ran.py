@@ -168,3 +168,21 @@ def test_the_mcp_extension_tool_shows_what_ran(live: Live) -> None:
         live, "tools/call", {"name": "scheduler_occurrence", "arguments": {"occurrence_id": 0}}
     )
     assert bad["_status"] == 400 and bad["error"]["code"] == -32602
+
+
+def test_admin_list_on_a_real_voter_shows_next_run_last_outcome_and_counts(live: Live) -> None:
+    _fail_then_succeed(live)
+    live.voter.advance_to(T0 + 60 + 61)
+    live.voter.wait_state(1, "Succeeded")
+    code, out, err = run(live, ["list"])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "ID", "NAME", "CRON", "TIMEZONE", "NEXT", "RUN", "LAST", "ACTIVE", "OK", "FAILED"
+    ]  # fmt: skip
+    row = lines[1].split()
+    assert row[:2] == ["1", "job"] and row[-4:] == ["Succeeded", "0", "1", "0"]
+    # the next slot after the schedule's observed cursor (this test's clock is far behind now:
+    # the row shows a real ISO instant either way)
+    assert row[-5].endswith(":00Z") and row[-5][:4].isdigit()
+    assert all(len(line) <= 100 for line in lines)
