@@ -143,7 +143,8 @@ class Runtime:
             reply["error"] = f"V8 heap limit of {request['heap_mb']} MiB reached"
             # Lift the limit so the console buffer can still be read; the OS backstop stays.
             self._racer.set_hard_memory_limit(0)
-        reply.update(self._drained_output())
+        if "output" not in reply or reply.get("reusable") is not True:
+            reply.update(self._drained_output())
         return reply
 
     def _drained_output(self) -> dict[str, Any]:
@@ -171,16 +172,20 @@ def _without_harness_frames(stack: str) -> str:
 
 def _describe(outcome_json: str, result_limit_bytes: int) -> dict[str, Any]:
     outcome = json.loads(outcome_json)
+    described: dict[str, Any] = {
+        "output": outcome["output"],
+        "output_truncated": outcome["truncated"],
+    }
     if not outcome["ok"]:
         text = _without_harness_frames(outcome["stack"] or "") or outcome["message"]
         error, _ = truncate_utf8(text, ERROR_LIMIT_BYTES)
-        return {"status": "failed", "reason": REASON_EXCEPTION, "error": error}
+        return {**described, "status": "failed", "reason": REASON_EXCEPTION, "error": error}
     result_json = outcome["json"]
     note = outcome.get("note")
     if result_json is not None and len(result_json.encode("utf-8")) > result_limit_bytes:
         result_json = None
         note = f"completion value exceeds {result_limit_bytes} bytes as JSON; result is null"
-    return {"status": "completed", "result_json": result_json, "note": note}
+    return {**described, "status": "completed", "result_json": result_json, "note": note}
 
 
 def ready_frame(executions: int) -> dict[str, Any]:

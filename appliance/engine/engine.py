@@ -364,6 +364,7 @@ class Engine(PoolEngine):
     def _forget_pid(self, pid: int) -> None:
         with self._cond:
             self._live_pids.discard(pid)
+            self._cond.notify_all()
 
     def _take_child(self, execution: Execution) -> ChildProcess | None:
         """A warm child bound to the execution, or None when the execution was cancelled."""

@@ -9,9 +9,10 @@ only affects itself — and only for its own run: every execution gets a new iso
 - ``install(scheduledJson, outputLimitBytes)`` defines the deeply frozen, non-writable,
   non-configurable global ``scheduled`` and arms the console budget.
 - ``run(code)`` evaluates the script as a global script (indirect eval keeps completion-value
-  semantics) and returns a JSON string describing the outcome, or a promise of one when the
-  completion value is a promise or thenable.
-- ``drain()`` returns the captured console output and its truncated flag as a JSON string.
+  semantics) and returns a JSON string describing the outcome with the console output so far,
+  or a promise of one when the completion value is a promise or thenable.
+- ``drain()`` returns the captured console output and its truncated flag as a JSON string (for
+  the paths where ``run`` gave no outcome: a timeout, the heap limit).
 
 Everything handed to Python is a JSON string made by JSON.stringify, which escapes a lone
 surrogate as ``\\udXXX``: mini-racer cannot convert a JS string holding one (it hangs on the
@@ -204,6 +205,15 @@ HARNESS_JS = r"""
     return value;
   }
 
+  // The outcome carries the console output as it stood when the completion value settled, so
+  // Python never has to call into the isolate again: a timer the script left spinning cannot
+  // hold up its report (disposing of the isolate stops it).
+  function withOutput(outcome) {
+    outcome.output = output;
+    outcome.truncated = truncated;
+    return stringify(outcome);
+  }
+
   function describeThrown(thrown) {
     let message;
     try { message = StringCtor(thrown); } catch (e) { message = "[unprintable thrown value]"; }
@@ -213,7 +223,7 @@ HARNESS_JS = r"""
         stack = thrown.stack;
       }
     } catch (e) { stack = null; }
-    return stringify({ ok: false, message: message, stack: stack });
+    return withOutput({ ok: false, message: message, stack: stack });
   }
 
   function describeValue(value) {
@@ -223,15 +233,15 @@ HARNESS_JS = r"""
     } catch (e) {
       let why;
       try { why = StringCtor(e && e.message); } catch (e2) { why = "unknown"; }
-      return stringify({ ok: true, json: null,
+      return withOutput({ ok: true, json: null,
         note: "completion value is not JSON-serializable: " + why });
     }
     if (json === undefined) {
       const note = value === undefined ? null
         : "completion value is not JSON-serializable (" + typeof value + ")";
-      return stringify({ ok: true, json: null, note: note });
+      return withOutput({ ok: true, json: null, note: note });
     }
-    return stringify({ ok: true, json: json });
+    return withOutput({ ok: true, json: json });
   }
 
   function isThenable(value) {
