@@ -267,6 +267,10 @@ def baseline_checkout(ref: str) -> Iterator[Path]:
 def process_run(label: str, args: argparse.Namespace, pythonpath: Path | None) -> dict[str, Any]:
     peer = AdmissionPeer("grant")
     extra_env = {} if pythonpath is None else {"PYTHONPATH": str(pythonpath)}
+    # `python -m` puts the working directory first on sys.path: the worker (and its engine
+    # children, which inherit it) must start in the tree whose code it is meant to run.
+    previous_cwd = os.getcwd()
+    os.chdir(pythonpath or ROOT)
     try:
         with (
             tempfile.TemporaryDirectory(dir=args.data_root) as tmp,
@@ -298,6 +302,7 @@ def process_run(label: str, args: argparse.Namespace, pythonpath: Path | None) -
             count = int(args.rate * args.seconds)
             succeeded = 0
             finished_ms: list[float] = []
+            pids: set[int] = set()
             for n in range(count):
                 try:
                     final = worker.wait_terminal(execution_id(n + 1), timeout_seconds=60)
@@ -306,6 +311,8 @@ def process_run(label: str, args: argparse.Namespace, pythonpath: Path | None) -
                 if final.get("status") == "completed" and final.get("result") == 2:
                     succeeded += 1
                     finished_ms.append(iso_ms(final["finished_at"]))
+                    if isinstance(final.get("pid"), int):
+                        pids.add(final["pid"])
             first = min(finished_ms) if finished_ms else 0.0
             last = max(finished_ms) if finished_ms else 0.0
             return {
@@ -316,9 +323,11 @@ def process_run(label: str, args: argparse.Namespace, pythonpath: Path | None) -
                 "completed_span_s": round((last - first) / 1000, 2),
                 "completed_per_s": round(succeeded / max((last - first) / 1000, 1e-9), 1),
                 "exec_to_202_ms": percentiles(answered_ms),
+                "distinct_child_pids": len(pids),
                 "arrival_lateness_ms": percentiles(lateness_ms),
             }
     finally:
+        os.chdir(previous_cwd)
         peer.close()
 
 
