@@ -20,6 +20,8 @@ REPLACEMENT_CHARACTER = "\ufffd"
 # Nesting deeper than this is not carried as a result value: Python's JSON codec recurses once
 # per level, and the report is nested again inside the observation document (a few levels).
 JSON_DEPTH_MAX = 256
+# What a store accepts: a result at JSON_DEPTH_MAX plus the documents that wrap it.
+STORED_JSON_DEPTH_MAX = JSON_DEPTH_MAX + 16
 
 
 class TooDeep(ValueError):

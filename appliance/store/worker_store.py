@@ -38,7 +38,7 @@ from typing import Any
 import apsw
 
 from appliance.core.canonical import canonical_digest, canonical_json
-from appliance.engine.text import well_formed, well_formed_json
+from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
@@ -505,7 +505,7 @@ class WorkerStore(OpenedStore):
         ``EXECUTION_OUTPUT_BYTES_MAX`` bytes, else ``ValueError``. ``durable=False`` only for
         ``running`` (see the module doc); a terminal status is always written durably. Strings in
         ``result`` and ``error`` get the engine's encoding rule (lone surrogates become U+FFFD);
-        a result nested deeper than ``JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
+        a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
         if not durable and status in TERMINAL_STATUSES:
@@ -516,7 +516,7 @@ class WorkerStore(OpenedStore):
             )
         # Script text may hold lone surrogates: the engine's one encoding rule (U+FFFD, see
         # appliance/engine/text.py) is applied here too, so a record always encodes.
-        result = well_formed_json(result)
+        result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
         error = None if error is None else well_formed(error)
         canonical_json(result)  # refuse a result that is not JSON before anything is written
         with self._lock, self._write(durable):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engine.text import TooDeep
+from appliance.engine.text import STORED_JSON_DEPTH_MAX, TooDeep
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
 from appliance.store.versions import WORKER_FILE_NAME
 from appliance.store.worker_store import EXECUTION_OUTPUT_BYTES_MAX, Invocation, WorkerStore
@@ -291,8 +291,10 @@ def test_a_result_nested_deeper_than_the_limit_is_refused_before_anything_is_wri
     with open_worker(data_dir) as store:
         admitted(store)
         store.consume(INV, execution_id="e1", now_ms=12)
+        too_deep = nested(STORED_JSON_DEPTH_MAX + 1)
         with pytest.raises(TooDeep):
-            store.update_execution("e1", status="completed", now_ms=13, result=nested(257))
+            store.update_execution("e1", status="completed", now_ms=13, result=too_deep)
         assert store.get_execution("e1").status == "submitted"
-        done = store.update_execution("e1", status="completed", now_ms=14, result=nested(256))
-        assert done.result == nested(256)
+        at_limit = nested(STORED_JSON_DEPTH_MAX)
+        done = store.update_execution("e1", status="completed", now_ms=14, result=at_limit)
+        assert done.result == at_limit

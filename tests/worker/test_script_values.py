@@ -24,7 +24,7 @@ from appliance.config.credentials import Secret
 from appliance.config.urls import parse_origin
 from appliance.config.worker import parse_worker_config
 from appliance.engine import Engine, SystemClock
-from appliance.engine.text import well_formed
+from appliance.engine.text import JSON_DEPTH_MAX, well_formed
 from appliance.http import HttpClient
 from appliance.store.worker_store import Invocation, WorkerStore
 from appliance.worker.admission import AdmissionClient
@@ -249,3 +249,20 @@ def test_any_logged_and_thrown_text_is_stored_and_observed_as_the_rule_predicts(
     assert observed["error"] == stored.error == python_text(thrown)
     assert observed["output"]["text"] == python_text(logged) + "\n"
     assert stored.output.decode("utf-8") == python_text(logged) + "\n"
+
+
+def test_a_result_at_the_depth_limit_is_stored_and_a_deeper_one_is_null_with_a_note(
+    launch: tuple[WorkerService, Engine, WorkerStore],
+) -> None:
+    def nested(depth: int) -> str:
+        return f"let v = 0; for (let i = 0; i < {depth}; i++) v = [v]; v"
+
+    observed, stored = launch_and_observe(launch, nested(JSON_DEPTH_MAX))
+    assert observed["status"] == stored.status == "completed"
+    value = observed["result"]
+    for _ in range(JSON_DEPTH_MAX):
+        value = value[0]
+    assert value == 0 and stored.result["value"] == observed["result"]
+    observed, stored = launch_and_observe(launch, nested(JSON_DEPTH_MAX + 1))
+    assert (observed["status"], observed["result"]) == ("completed", None)
+    assert f"deeper than {JSON_DEPTH_MAX}" in observed["note"] and stored.status == "completed"
