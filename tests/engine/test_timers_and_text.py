@@ -140,13 +140,15 @@ def test_an_error_whose_message_and_stack_hold_lone_surrogates(engine: Engine) -
 
 
 def test_megabytes_of_text_are_bounded_everywhere(make_engine: Callable[..., Engine]) -> None:
+    # 1e6 lone surrogates: 3 MB of UTF-8 once replaced (JSON-escaped, 6 MB inside the child).
     engine = make_engine(output_limit_bytes=1024)
-    report = run(engine, "const s = '\\ud83d'.repeat(3e6); console.log(s); console.error(s); s")
+    code = "const s = '\\ud83d'.repeat(1e6); console.log(s); console.error(s); s"
+    report = run(engine, code, timeout_seconds=60.0, wait_seconds=90.0)
     assert report.status is ExecutionStatus.COMPLETED
     assert report.result is None and "exceeds" in (report.note or "")
     assert report.output_truncated and len(report.output.encode("utf-8")) <= 1024
     assert set(report.output) == {"\ufffd"}
-    thrown = run(engine, "throw 'x\\ud83d'.repeat(3e6)")
+    thrown = run(engine, "throw 'x\\ud83d'.repeat(1e6)", timeout_seconds=60.0, wait_seconds=90.0)
     assert thrown.status is ExecutionStatus.FAILED
     assert thrown.error is not None and len(thrown.error.encode("utf-8")) <= ERROR_LIMIT_BYTES
     assert thrown.error.startswith("x\ufffdx\ufffd")
