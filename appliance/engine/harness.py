@@ -39,6 +39,7 @@ HARNESS_JS = r"""
   const stringify = JSON.stringify;
   const parse = JSON.parse;
   const freeze = Object.freeze;
+  const setPrototypeOf = Object.setPrototypeOf;
   const defineProperty = Object.defineProperty;
   const getOwnPropertyNames = Object.getOwnPropertyNames;
   const PromiseCtor = Promise;
@@ -173,6 +174,7 @@ HARNESS_JS = r"""
     if (delayMs < 0) delayMs = 0;
     const timer = { id: nextTimerId++, due: 0, seq: 0, handler: handler, args: args,
                     repeat: repeating ? delayMs : null, gen: 0 };
+    setPrototypeOf(timer, null);
     apply(mapSet, timers, [timer.id, timer]);
     arm(timer, delayMs);
     return timer.id;
@@ -209,9 +211,18 @@ HARNESS_JS = r"""
   // Python never has to call into the isolate again: a timer the script left spinning cannot
   // hold up its report (disposing of the isolate stops it).
   function withOutput(outcome) {
+    setPrototypeOf(outcome, null);  // before the assignments: no inherited setter runs
     outcome.output = output;
     outcome.truncated = truncated;
-    return stringify(outcome);
+    return plainJson(outcome);
+  }
+
+  // The harness's own records lose their prototype before JSON.stringify: a script that
+  // defines Object.prototype.toJSON (or a setter on it) must not rewrite the outcome that
+  // reports it.
+  function plainJson(record) {
+    setPrototypeOf(record, null);
+    return stringify(record);
   }
 
   function describeThrown(thrown) {
@@ -277,7 +288,7 @@ HARNESS_JS = r"""
       });
     },
     drain: function drain() {
-      return stringify({ output: output, truncated: truncated });
+      return plainJson({ output: output, truncated: truncated });
     },
   };
 })()

@@ -168,6 +168,27 @@ def test_a_result_nested_up_to_the_depth_limit_is_kept_and_deeper_is_null_with_a
         assert deep.note is not None and f"deeper than {JSON_DEPTH_MAX}" in deep.note
 
 
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "Object.prototype.toJSON = function () { return 'rewritten'; };",
+        "Object.defineProperty(Object.prototype, 'output', { set(v) { throw 1; } });",
+        "Object.defineProperty(Object.prototype, 'due', { set(v) { throw 1; } });",
+        "Object.prototype.toJSON = () => undefined;",
+    ],
+)
+def test_a_script_patching_object_prototype_is_still_reported(engine: Engine, patch: str) -> None:
+    completed = run(engine, f"{patch} console.log('hi'); new Promise(r => setTimeout(r, 0, 7))")
+    assert (completed.status, completed.result, completed.output) == (
+        ExecutionStatus.COMPLETED,
+        7,
+        "hi\n",
+    )
+    thrown = run(engine, f"{patch} throw new Error('boom')")
+    assert (thrown.status, thrown.reason) == (ExecutionStatus.FAILED, REASON_EXCEPTION)
+    assert thrown.error is not None and thrown.error.startswith("Error: boom")
+
+
 def test_the_rule_itself() -> None:
     assert well_formed("a\ud83db") == "a\ufffdb"
     assert well_formed("\udc00\ud83d") == "\ufffd\ufffd"
