@@ -238,10 +238,13 @@ class Engine(PoolEngine):
         """Wait for the kept child's next ready frame (its old isolate is gone), then hand it
         back; a child that is late, broken or grown too much is killed and reaped instead."""
         why = None
+        deadline = time.monotonic() + self._child_recycle_timeout_seconds
         try:
-            child.wait_ready(time.monotonic() + self._child_recycle_timeout_seconds)
+            child.wait_ready(deadline)
         except ChildStartError as exc:
             why = f"did not come back ready: {exc}"
+        if why is None and time.monotonic() > deadline:  # a frame read late is late
+            why = f"not back ready within {self._child_recycle_timeout_seconds} s"
         if why is None and child.rss_growth_bytes() > self.child_rss_growth_bytes_max:
             why = f"RSS grew by {child.rss_growth_bytes()} bytes"
         with self._cond:

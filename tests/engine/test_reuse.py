@@ -207,6 +207,19 @@ def test_a_child_whose_memory_grew_past_the_limit_is_retired(
     assert run(engine, "1").pid != first.pid
 
 
+def test_a_child_not_back_ready_within_the_recycle_timeout_is_replaced(
+    make_engine: Callable[..., Engine],
+) -> None:
+    # A fresh isolate takes milliseconds to build: a microsecond is never enough.
+    engine = make_engine(
+        max_concurrent=1, max_queued=0, warm_children=1, child_recycle_timeout_seconds=1e-6
+    )
+    first = run(engine, "1")
+    assert wait_gone(first.pid or 0, 10.0)
+    second = run(engine, "2")
+    assert second.result == 2 and second.pid != first.pid
+
+
 def test_limits_of_one_binding_do_not_constrain_the_next_in_the_same_child(
     one_child: Engine,
 ) -> None:
