@@ -9,6 +9,9 @@ Measures, in one run:
   - bursts: a few submissions back to back, so the later ones wait for a child to warm up,
   - cold: no pre-started children (``warm_children=0``), a child is started per execution;
 * throughput of trivial scripts through the pool (submission to terminal report);
+* each of those with reused children (``child_executions_max=1000``, the default: a fresh
+  isolate per execution) and with a fresh child per execution (``child_executions_max=1``, the
+  engine before reuse), in the same run;
 * the floor: mini-racer in this process, a trivial eval in a warm context and a fresh context;
 * idle RSS of a process holding an idle engine, and of its warm children.
 
@@ -86,10 +89,21 @@ def _wait_warm(engine: Engine, count: int) -> None:
         time.sleep(0.005)  # benchmark pacing only; the engine itself never polls
 
 
-def measure_start_latency(samples: int, *, warm: int, burst: int = 1) -> list[float]:
+REUSED = 1000  # child_executions_max: reused children, a fresh isolate per execution
+FRESH = 1  # a fresh child per execution (the engine before reuse)
+
+
+def measure_start_latency(
+    samples: int, *, warm: int, burst: int = 1, child_executions_max: int = REUSED
+) -> list[float]:
     """Submit in rounds of ``burst`` back-to-back submissions; between rounds, wait for every
     execution to finish and for the pool to refill (burst=1 is the paced steady state)."""
-    engine = Engine(max_concurrent=2, max_queued=max(burst, 1), warm_children=warm)
+    engine = Engine(
+        max_concurrent=2,
+        max_queued=max(burst, 1),
+        warm_children=warm,
+        child_executions_max=child_executions_max,
+    )
     starts = StartTimes(engine)
     latencies = []
     try:
@@ -113,8 +127,10 @@ def measure_start_latency(samples: int, *, warm: int, burst: int = 1) -> list[fl
     return latencies
 
 
-def measure_throughput(count: int) -> float:
-    engine = Engine(max_concurrent=2, max_queued=16, warm_children=2)
+def measure_throughput(count: int, child_executions_max: int) -> float:
+    engine = Engine(
+        max_concurrent=2, max_queued=16, warm_children=2, child_executions_max=child_executions_max
+    )
     try:
         _wait_warm(engine, 2)
         outstanding: list[str] = []
@@ -205,15 +221,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", help="write the results as markdown to this file")
     args = parser.parse_args(argv)
 
+    bursts = args.burst * args.burst_rounds
     results: list[tuple[str, Callable[[], list[float]]]] = [
-        ("paced, 2 warm children", lambda: measure_start_latency(args.samples, warm=2)),
+        ("paced, 2 warm children, reused", lambda: measure_start_latency(args.samples, warm=2)),
         (
-            f"bursts of {args.burst}, 2 warm children",
-            lambda: measure_start_latency(args.burst * args.burst_rounds, warm=2, burst=args.burst),
+            "paced, 2 warm children, fresh child each",
+            lambda: measure_start_latency(args.samples, warm=2, child_executions_max=FRESH),
         ),
         (
-            "cold child per execution",
-            lambda: measure_start_latency(args.cold_samples, warm=0),
+            f"bursts of {args.burst}, 2 warm children, reused",
+            lambda: measure_start_latency(bursts, warm=2, burst=args.burst),
+        ),
+        (
+            f"bursts of {args.burst}, 2 warm children, fresh child each",
+            lambda: measure_start_latency(
+                bursts, warm=2, burst=args.burst, child_executions_max=FRESH
+            ),
+        ),
+        (
+            "cold child per execution (no warm child, fresh child each)",
+            lambda: measure_start_latency(args.cold_samples, warm=0, child_executions_max=FRESH),
         ),
     ]
     load_at_start = " / ".join(f"{x:.1f}" for x in os.getloadavg())
@@ -224,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
         summary[name] = values
         rows.append(_row(name, values))
         print(rows[-1], flush=True)
-    throughput = measure_throughput(args.throughput_count)
+    throughput = measure_throughput(args.throughput_count, REUSED)
+    throughput_fresh = measure_throughput(args.throughput_count, FRESH)
     warm_ms, fresh_ms, floor_throughput = measure_floor(args.samples)
     floor_rows = [
         _row("floor: eval in a warm in-process context", _stats(warm_ms)),
@@ -233,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     rss = measure_idle_rss()
     children = rss["children_mb"]
     assert isinstance(children, list)
-    paced = summary["paced, 2 warm children"]
+    paced = summary["paced, 2 warm children, reused"]
     text = "\n".join(
         [
             "# Engine benchmark (bench/bench_engine.py)",
@@ -263,17 +291,19 @@ def main(argv: list[str] | None = None) -> int:
             f"p99 {paced['p99']:.2f} ms -> "
             f"{'met' if paced['p50'] <= 20 and paced['p99'] <= 50 else 'NOT met'}",
             f"- bursts: {args.burst} submissions back to back, {args.burst_rounds} rounds; the "
-            "first two take the warm children, the others wait for a child to start (a cold "
-            "start is ~150-250 ms of CPU on an idle machine, more under load): the pool hides "
-            "start-up cost only up to its size and refill rate.",
+            "first two take the warm children, the others wait for one: with reuse, for a "
+            "child to come back with a fresh isolate (a few ms); with a fresh child each, for "
+            "a child to start (~150-250 ms of CPU on an idle machine, more under load).",
             "",
             "## Throughput of trivial scripts",
             "",
             f"- through the engine (2 concurrent, 2 warm, {args.throughput_count} scripts, "
-            f"submission to terminal report): {throughput:.1f} executions/s",
+            f"submission to terminal report), reused children: {throughput:.1f} executions/s; "
+            f"a fresh child each, in the same run: {throughput_fresh:.1f} executions/s",
             f"- floor, in-process eval in one warm context: {floor_throughput:.0f} evals/s",
-            "- the engine's rate is bounded by child start-up (a fresh interpreter + V8 "
-            "isolate per execution), the price of process isolation.",
+            "- with a fresh child each the rate is bounded by child start-up (a fresh "
+            "interpreter + V8 isolate); with reuse, by a fresh isolate per execution "
+            "(`MiniRacer()` + harness, then `close()`), done off the report's path.",
             "",
             "## Idle RSS",
             "",

@@ -1,4 +1,4 @@
-"""The embedded V8 engine: scripts run in single-use child processes (SPEC §7).
+"""The embedded V8 engine: a fresh V8 isolate per script, in reusable children (SPEC §7).
 
 See docs/engine.md for what a script can do, the limits, the states and the process model.
 

@@ -1,17 +1,25 @@
-"""The engine's child process: one V8 context, one script, then exit.
+"""The engine's child process: a reusable process, a fresh V8 isolate for every script.
 
 Run as ``python -m appliance.engine.child`` (see process.child_command). The child warms up
-BEFORE it gets work (imports mini-racer, creates the context, installs the harness), announces
-``ready``, then blocks on stdin for exactly one ``run`` frame. That makes a pooled child cost
-about a millisecond to start a script instead of the ~150 ms of a cold start.
+BEFORE it gets work (imports mini-racer, creates an isolate, installs the harness), announces
+``ready``, then blocks on stdin for a ``run`` frame. After the script it sends ``done``, disposes
+of that isolate — ``MiniRacer.close()`` terminates whatever the script left behind (a pending
+timer, a promise reaction, even one spinning in an endless loop) and frees the isolate — builds
+the next one, and only then announces ``ready`` again. So a ``ready`` frame proves that nothing
+of any earlier script can still run, and nothing a script did (globals, patched prototypes,
+timers) is visible to the next one. The parent decides whether a child is reused at all: it
+kills and replaces it after a timeout, out of memory, a crash or a cancel, and retires it after
+a bounded number of executions or too much memory growth (engine.py).
 
 Defences, in order: it dies with the parent (PR_SET_PDEATHSIG, checked against the expected
 parent pid so a parent that died during our start-up is noticed); it ignores SIGINT (the parent
 owns its lifetime); its stdout is reserved for frames (fd 1 is pointed at stderr so stray
-prints cannot corrupt the protocol); before the script runs it sets V8's hard heap limit to
-heap_mb and RLIMIT_DATA to its current data size plus room for that heap, so a runaway
-allocation outside the V8 heap hits the OS backstop instead of the machine. It enforces
-timeout_seconds itself by terminating V8 execution; the parent kills it if that fails.
+prints cannot corrupt the protocol); before each script it sets V8's hard heap limit to heap_mb
+(per isolate) and the *soft* RLIMIT_DATA to its current data size plus room for that heap, so a
+runaway allocation outside the V8 heap hits the OS backstop instead of the machine; the soft
+limit goes back to what it was once the script's isolate is gone (a hard limit could never be
+raised again, and the next binding may ask for a larger heap). It enforces timeout_seconds
+itself by terminating V8 execution; the parent kills it if that fails.
 """
 
 from __future__ import annotations
@@ -56,8 +64,17 @@ def data_size_bytes() -> int:
     raise RuntimeError("VmData missing from /proc/self/status")
 
 
+def rss_bytes() -> int:
+    """VmRSS: what the parent watches for growth across executions."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("VmRSS missing from /proc/self/status")
+
+
 class Runtime:
-    """A warm V8 context with the harness installed, waiting for its one script."""
+    """A warm V8 isolate with the harness installed, waiting for one script."""
 
     def __init__(self) -> None:
         from py_mini_racer import MiniRacer
@@ -67,6 +84,15 @@ class Runtime:
         self._install = harness["install"]  # type: ignore[index]
         self._run = harness["run"]  # type: ignore[index]
         self._drain = harness["drain"]  # type: ignore[index]
+
+    restore_data_limit: tuple[int, int] | None = None
+
+    def dispose(self) -> None:
+        """Terminate and free the isolate: none of its timers or promises can run after this."""
+        self._install = self._run = self._drain = None
+        self._racer.close()
+        if self.restore_data_limit is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, self.restore_data_limit)
 
     def execute(self, request: dict[str, Any], announce_running: Any) -> dict[str, Any]:
         from py_mini_racer import (
@@ -81,10 +107,12 @@ class Runtime:
         timeout_seconds = float(request["timeout_seconds"])
         result_limit_bytes = int(request["result_limit_bytes"])
         limit = data_size_bytes() + 2 * heap_bytes + DATA_HEADROOM_BYTES
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)  # an operator's stricter limit stays in force
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        for stricter in (soft, hard):  # an operator's stricter limit stays in force
+            if stricter != resource.RLIM_INFINITY:
+                limit = min(limit, stricter)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+        self.restore_data_limit = (soft, hard)
         self._racer.set_hard_memory_limit(heap_bytes)
         self._install(json.dumps(request["scheduled"]), int(request["output_limit_bytes"]))
 
@@ -97,6 +125,7 @@ class Runtime:
             if isinstance(outcome, JSPromise):
                 outcome = outcome.get(timeout=max(deadline - time.monotonic(), 0.001))
             reply.update(_describe(str(outcome), result_limit_bytes))
+            reply["reusable"] = True  # the harness saw the script end; the isolate is sound
         except JSTimeoutException:
             reply.update(status="timed_out", reason=REASON_TIMEOUT)
         except JSOOMException:
@@ -108,11 +137,14 @@ class Runtime:
                 error, _ = truncate_utf8(str(exc), ERROR_LIMIT_BYTES)
                 reply.update(status="failed", reason=REASON_EXCEPTION, error=error)
         if out_of_memory or self._racer.was_hard_memory_limit_reached():
-            reply.update(status="failed", reason=REASON_OUT_OF_MEMORY, result_json=None)
+            reply.update(
+                status="failed", reason=REASON_OUT_OF_MEMORY, result_json=None, reusable=False
+            )
             reply["error"] = f"V8 heap limit of {request['heap_mb']} MiB reached"
             # Lift the limit so the console buffer can still be read; the OS backstop stays.
             self._racer.set_hard_memory_limit(0)
-        reply.update(self._drained_output())
+        if "output" not in reply or reply.get("reusable") is not True:
+            reply.update(self._drained_output())
         return reply
 
     def _drained_output(self) -> dict[str, Any]:
@@ -120,7 +152,12 @@ class Runtime:
             drained = json.loads(str(self._drain()))
             return {"output": drained["output"], "output_truncated": drained["truncated"]}
         except Exception as exc:  # the isolate may be unusable after a failure
-            return {"output": "", "output_truncated": True, "output_note": f"lost: {exc}"}
+            return {
+                "output": "",
+                "output_truncated": True,
+                "output_note": f"lost: {exc}",
+                "reusable": False,
+            }
 
 
 def _without_harness_frames(stack: str) -> str:
@@ -135,16 +172,30 @@ def _without_harness_frames(stack: str) -> str:
 
 def _describe(outcome_json: str, result_limit_bytes: int) -> dict[str, Any]:
     outcome = json.loads(outcome_json)
+    described: dict[str, Any] = {
+        "output": outcome["output"],
+        "output_truncated": outcome["truncated"],
+    }
     if not outcome["ok"]:
         text = _without_harness_frames(outcome["stack"] or "") or outcome["message"]
         error, _ = truncate_utf8(text, ERROR_LIMIT_BYTES)
-        return {"status": "failed", "reason": REASON_EXCEPTION, "error": error}
+        return {**described, "status": "failed", "reason": REASON_EXCEPTION, "error": error}
     result_json = outcome["json"]
     note = outcome.get("note")
     if result_json is not None and len(result_json.encode("utf-8")) > result_limit_bytes:
         result_json = None
         note = f"completion value exceeds {result_limit_bytes} bytes as JSON; result is null"
-    return {"status": "completed", "result_json": result_json, "note": note}
+    return {**described, "status": "completed", "result_json": result_json, "note": note}
+
+
+def ready_frame(executions: int) -> dict[str, Any]:
+    return {
+        "type": protocol.MSG_READY,
+        "v": protocol.PROTOCOL_VERSION,
+        "pid": os.getpid(),
+        "executions": executions,
+        "rss_bytes": rss_bytes(),
+    }
 
 
 def main() -> int:
@@ -157,26 +208,28 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    runtime = Runtime()
-    protocol.write_frame(
-        reply_fd,
-        {"type": protocol.MSG_READY, "v": protocol.PROTOCOL_VERSION, "pid": os.getpid()},
-        REPLY_FRAME_BYTES_MAX,
-    )
+    def send(message: dict[str, Any]) -> None:
+        protocol.write_frame(reply_fd, message, REPLY_FRAME_BYTES_MAX)
+
     reader = protocol.FrameReader(0, REQUEST_FRAME_BYTES_MAX)
-    try:
-        request = reader.read()
-    except protocol.PeerClosed:
-        return 0  # retired unused
-    if request.get("type") != protocol.MSG_RUN:
-        return EXIT_BAD_REQUEST
-
-    def announce_running() -> None:
-        protocol.write_frame(reply_fd, {"type": protocol.MSG_RUNNING}, REPLY_FRAME_BYTES_MAX)
-
-    reply = runtime.execute(request, announce_running)
-    protocol.write_frame(reply_fd, reply, REPLY_FRAME_BYTES_MAX)
-    return 0
+    executions = 0
+    while True:
+        runtime = Runtime()
+        send(ready_frame(executions))
+        try:
+            request = reader.read()
+        except protocol.PeerClosed:
+            return 0  # retired
+        if request.get("type") != protocol.MSG_RUN:
+            return EXIT_BAD_REQUEST
+        reply = runtime.execute(request, lambda: send({"type": protocol.MSG_RUNNING}))
+        executions += 1
+        send(reply)
+        if reply.get("reusable") is not True:
+            return 0  # the parent kills this child; nothing more to do here
+        # The report is out first (its latency matters); the isolate goes before the next
+        # ready frame, which is what the parent waits for before it hands out this child.
+        runtime.dispose()
 
 
 if __name__ == "__main__":

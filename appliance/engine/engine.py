@@ -1,19 +1,34 @@
-"""The real engine: executions run in pre-started, single-use V8 child processes.
+"""The real engine: executions run in pre-started, reusable V8 child processes.
 
 Theory of operation
 -------------------
 The pool (pool.py) decides what may run; this module runs it. A spawner thread keeps
-``warm_children`` children started and warm (mini-racer imported, context and harness built),
-plus one more for every execution that is waiting for a child. Only that long-lived thread starts
-children, because the kernel's parent-death signal fires when the *thread* that created a child
-exits. A child runs exactly one script, then exits; it is never reused, so no state leaks from
-one script to the next.
+``warm_children`` children started and warm (mini-racer imported, an isolate and the harness
+built), plus one more for every execution that is waiting for a child, counting children that
+are on their way back (recycling). Only that long-lived thread starts children, because the
+kernel's parent-death signal fires when the *thread* that created a child exits.
 
-Each started execution's supervisor takes a warm child, sends the request, and reads frames
-until ``done``, end of file, or the backstop deadline (timeout_seconds + kill_grace_seconds:
-the child terminates V8 itself at timeout_seconds, the parent kills a child that failed to). The
-supervisor always reaps the child before it reports a terminal status, and the capacity returns
-to the pool only then, so the number of live busy children never exceeds max_concurrent.
+Reuse. A child runs many scripts, each in a fresh isolate (child.py): after ``done`` it disposes
+of the script's isolate and builds the next one, and its next ``ready`` frame proves that nothing
+of the finished script can still run. The supervisor hands a child back to the ready list only
+after that frame (the "recycle" step, after the report was delivered, so the report does not
+wait for it). A child is never reused after anything but a clean end of the script (completed,
+or an exception the harness caught): on cancel, timeout, out-of-memory, a crash or a protocol
+error it is killed and reaped before the report, as a single-use child always was. It is also
+retired after ``child_executions_max`` executions, when its RSS has grown more than
+``child_rss_growth_bytes_max`` since its first ready frame, when it does not come back ready
+within ``child_recycle_timeout_seconds``, and when it has been idle ``child_idle_seconds`` while
+more than ``warm_children`` children are idle. ``child_executions_max=1`` is the single-use
+engine of earlier versions.
+
+Each started execution's supervisor takes a warm child (the one most recently returned, so the
+others can idle out), sends the request, and reads frames until ``done``, end of file, or the
+backstop deadline (timeout_seconds + kill_grace_seconds: the child terminates V8 itself at
+timeout_seconds, the parent kills a child that failed to). A child that is not kept is reaped
+before the report, and the capacity returns to the pool only then, so the number of live busy
+children never exceeds max_concurrent. ``cancel`` kills the execution's child under the engine
+lock and only while that child still belongs to the execution, so it can never hit a child that
+was already handed to the next one.
 
 Judging the end, in order: a ``done`` frame from the child is the truth (a completion that won a
 race with cancel keeps its result); otherwise a requested cancel is ``cancelled`` (the child is
@@ -47,14 +62,20 @@ from appliance.engine.model import (
     ExecutionReport,
     ExecutionStatus,
 )
-from appliance.engine.pool import Execution, PoolEngine, check_range
+from appliance.engine.pool import Execution, PoolEngine, check_positive, check_range
 from appliance.engine.process import ChildProcess, ChildStartError, describe_exit
 from appliance.engine.protocol import truncate_utf8
+from appliance.engine.text import JSON_DEPTH_MAX, TooDeep, well_formed_json
 
 log = logging.getLogger(__name__)
 
-CHILD_EXIT_GRACE_SECONDS = 2.0
 SPAWN_BACKOFF_SECONDS_MAX = 5.0
+# Reuse limits (named in docs/engine.md); child_executions_max=1 means single-use children.
+CHILD_EXECUTIONS_MAX_DEFAULT = 1000
+CHILD_EXECUTIONS_MAX_LIMIT = 1_000_000
+CHILD_RSS_GROWTH_BYTES_MAX_DEFAULT = 128 * 1024 * 1024
+CHILD_RECYCLE_TIMEOUT_SECONDS_DEFAULT = 5.0
+CHILD_IDLE_SECONDS_DEFAULT = 60.0
 _DONE_STATUSES = {
     "completed": ExecutionStatus.COMPLETED,
     "failed": ExecutionStatus.FAILED,
@@ -73,7 +94,7 @@ class _Outcome:
 
 
 class Engine(PoolEngine):
-    """Runs scripts in single-use V8 children. Thread-safe."""
+    """Runs scripts in reusable V8 children, a fresh isolate per script. Thread-safe."""
 
     def __init__(
         self,
@@ -88,10 +109,22 @@ class Engine(PoolEngine):
         child_start_timeout_seconds: float = 30.0,
         reports_max: int = 1024,
         on_child_spawned: Callable[[int], None] | None = None,
+        child_executions_max: int = CHILD_EXECUTIONS_MAX_DEFAULT,
+        child_rss_growth_bytes_max: int = CHILD_RSS_GROWTH_BYTES_MAX_DEFAULT,
+        child_recycle_timeout_seconds: float = CHILD_RECYCLE_TIMEOUT_SECONDS_DEFAULT,
+        child_idle_seconds: float = CHILD_IDLE_SECONDS_DEFAULT,
     ) -> None:
         super().__init__(max_concurrent, max_queued, output_limit_bytes, clock, reports_max)
         warm = min(2, max_concurrent) if warm_children is None else warm_children
         check_range("warm_children", warm, 0, max_concurrent)
+        check_range("child_executions_max", child_executions_max, 1, CHILD_EXECUTIONS_MAX_LIMIT)
+        check_range("child_rss_growth_bytes_max", child_rss_growth_bytes_max, 0, 2**40)
+        check_positive("child_recycle_timeout_seconds", child_recycle_timeout_seconds)
+        check_positive("child_idle_seconds", child_idle_seconds)
+        self.child_executions_max = child_executions_max
+        self.child_rss_growth_bytes_max = child_rss_growth_bytes_max
+        self._child_recycle_timeout_seconds = child_recycle_timeout_seconds
+        self._child_idle_seconds = child_idle_seconds
         self.result_limit_bytes = result_limit_bytes
         self._warm_target = warm
         self._kill_grace_seconds = kill_grace_seconds
@@ -106,6 +139,10 @@ class Engine(PoolEngine):
         self._starting_count = 0
         self._waiting_for_child = 0
         self._live_pids: set[int] = set()
+        # Children whose script ended cleanly, on their way back to _ready (see _recycle).
+        self._recycling: set[ChildProcess] = set()
+        self._returning: dict[str, ChildProcess] = {}  # execution id -> its child, kept
+        self._spawned_total = 0
         self._last_start_error = ""
         self._spawner = threading.Thread(
             target=self._spawner_loop, name="engine-spawner", daemon=True
@@ -122,16 +159,24 @@ class Engine(PoolEngine):
     def _backend_counts_locked(self) -> tuple[int, int]:
         return len(self._ready), len(self._live_pids)
 
+    def _backend_extra_stats_locked(self) -> dict[str, int]:
+        return {"children_spawned_total": self._spawned_total}
+
     def _stop(self, execution: Execution) -> None:
+        # Under the lock: once the supervisor has kept the child for reuse it clears
+        # execution.backend under the same lock, so this can never kill a child that already
+        # runs another execution.
         with self._cond:
             child = execution.backend
-        if child is not None:
-            child.kill()
+            if child is not None:
+                child.kill()
 
     def _shutdown_backend(self, deadline_monotonic: float) -> bool:
         with self._cond:
             warm = list(self._ready) + list(self._starting)
             self._ready.clear()
+            for child in self._recycling:
+                child.kill()  # their recycler sees end of file, reaps and forgets them
             self._cond.notify_all()
         for child in warm:
             child.kill()
@@ -140,7 +185,11 @@ class Engine(PoolEngine):
             if child.reap(max(0.0, deadline_monotonic - time.monotonic())) is not None:
                 child.close()
                 self._forget_pid(child.pid)
-        return not self._spawner.is_alive()
+        with self._cond:
+            while self._recycling and time.monotonic() < deadline_monotonic:
+                self._cond.wait(max(0.0, deadline_monotonic - time.monotonic()))
+            recycled = not self._recycling
+        return recycled and not self._spawner.is_alive()
 
     def _execute(self, execution: Execution) -> ExecutionReport:
         try:
@@ -149,31 +198,109 @@ class Engine(PoolEngine):
             return self._failed_report(execution, REASON_CHILD_START, str(exc))
         if child is None:
             return self._cancelled_report(execution, execution.cancel_reason or REASON_CANCELLED)
+        kept = False
         try:
             outcome = self._converse(execution, child)
+            kept = self._keep_or_reap(execution, child, outcome)
             return self._judge(execution, child, outcome)
         finally:
-            if child.alive():  # only after an unexpected error: never leave a child behind
-                child.kill_and_reap()
-            child.close()
-            self._forget_pid(child.pid)
+            if not kept:
+                if child.alive():  # only after an unexpected error: never leave a child behind
+                    child.kill_and_reap()
+                child.close()
+                self._forget_pid(child.pid)
+
+    def _keep_or_reap(self, execution: Execution, child: ChildProcess, outcome: _Outcome) -> bool:
+        """After the conversation: keep the child for reuse (True), or kill and reap it now,
+        before the report, so that only a reaped child ever backs a stop."""
+        reply = outcome.reply
+        reusable = (
+            reply is not None
+            and reply.get("reusable") is True
+            and child.executions_done < self.child_executions_max
+        )
+        with self._cond:
+            if reusable and execution.cancel_reason is None and not self._closed:
+                execution.backend = None  # from here on a cancel cannot reach this child
+                self._recycling.add(child)
+                self._returning[execution.request.execution_id] = child
+                return True
+        outcome.exit_code = child.kill_and_reap()
+        return False
+
+    def _after_report(self, execution: Execution) -> None:
+        with self._cond:
+            child = self._returning.pop(execution.request.execution_id, None)
+        if child is not None:
+            self._recycle(child)
+
+    def _recycle(self, child: ChildProcess) -> None:
+        """Wait for the kept child's next ready frame (its old isolate is gone), then hand it
+        back; a child that is late, broken or grown too much is killed and reaped instead."""
+        why = None
+        deadline = time.monotonic() + self._child_recycle_timeout_seconds
+        try:
+            child.wait_ready(deadline)
+        except ChildStartError as exc:
+            why = f"did not come back ready: {exc}"
+        if why is None and time.monotonic() > deadline:  # a frame read late is late
+            why = f"not back ready within {self._child_recycle_timeout_seconds} s"
+        if why is None and child.rss_growth_bytes() > self.child_rss_growth_bytes_max:
+            why = f"RSS grew by {child.rss_growth_bytes()} bytes"
+        with self._cond:
+            if why is None and not self._closed:
+                self._recycling.discard(child)
+                child.idle_since_monotonic = time.monotonic()
+                self._ready.append(child)
+                self._cond.notify_all()
+                return
+        if why is not None and not self._closed:
+            log.info("retiring engine child %s: %s", child.pid, why)
+        child.kill_and_reap()
+        child.close()
+        self._forget_pid(child.pid)
+        with self._cond:
+            self._recycling.discard(child)
+            self._cond.notify_all()
 
     # ----- children -------------------------------------------------------------------------
 
     def _spawn_deficit_locked(self) -> int:
         wanted = self._warm_target + self._waiting_for_child
-        return wanted - len(self._ready) - self._starting_count
+        return wanted - len(self._ready) - self._starting_count - len(self._recycling)
+
+    def _idle_excess_locked(self) -> tuple[ChildProcess | None, float | None]:
+        """The oldest idle child beyond warm_children that idled long enough to retire, else
+        (None, seconds until the next one would)."""
+        if len(self._ready) <= self._warm_target + self._waiting_for_child:
+            return None, None
+        oldest = self._ready[0]
+        left = oldest.idle_since_monotonic + self._child_idle_seconds - time.monotonic()
+        if left > 0:
+            return None, left
+        self._ready.popleft()
+        return oldest, None
 
     def _spawner_loop(self) -> None:
         failures = 0
         while True:
             with self._cond:
                 while not self._closed and self._spawn_deficit_locked() <= 0:
-                    self._cond.wait()
+                    idle, wait_seconds = self._idle_excess_locked()
+                    if idle is not None:
+                        break
+                    self._cond.wait(wait_seconds)
+                else:
+                    idle = None
                 if self._closed:
                     return
-                count = self._spawn_deficit_locked()
+                count = max(0, self._spawn_deficit_locked()) if idle is None else 0
                 self._starting_count += count
+            if idle is not None:  # the spawner retires too: it is the thread that has time
+                idle.kill_and_reap()
+                idle.close()
+                self._forget_pid(idle.pid)
+                continue
             failed = self._spawn_batch(count)
             failures = failures + 1 if failed else 0
             if failures:
@@ -196,6 +323,7 @@ class Engine(PoolEngine):
             with self._cond:
                 self._live_pids.add(child.pid)
                 self._starting.append(child)
+                self._spawned_total += 1
             if self._on_child_spawned is not None:
                 try:
                     self._on_child_spawned(child.pid)
@@ -216,6 +344,7 @@ class Engine(PoolEngine):
                 self._starting.remove(child)
                 self._starting_count -= 1
                 if not self._closed:
+                    child.idle_since_monotonic = time.monotonic()
                     self._ready.append(child)
                     self._cond.notify_all()
                     continue
@@ -238,6 +367,7 @@ class Engine(PoolEngine):
     def _forget_pid(self, pid: int) -> None:
         with self._cond:
             self._live_pids.discard(pid)
+            self._cond.notify_all()
 
     def _take_child(self, execution: Execution) -> ChildProcess | None:
         """A warm child bound to the execution, or None when the execution was cancelled."""
@@ -250,7 +380,7 @@ class Engine(PoolEngine):
                     if execution.cancel_reason is not None:
                         return None
                     while self._ready:
-                        child = self._ready.popleft()
+                        child = self._ready.pop()  # the freshest: older ones may idle out
                         if child.alive():
                             execution.backend = child
                             execution.pid = child.pid
@@ -297,10 +427,10 @@ class Engine(PoolEngine):
         except protocol.ProtocolError as exc:
             outcome.protocol_error = str(exc)
         if outcome.reply is not None:
-            outcome.exit_code = child.reap(CHILD_EXIT_GRACE_SECONDS)
-        if outcome.exit_code is None:
-            outcome.exit_code = child.kill_and_reap()
-        if outcome.reply is None and outcome.protocol_error is None:
+            child.executions_done += 1
+            return outcome  # _keep_or_reap decides: reuse it, or kill and reap it now
+        outcome.exit_code = child.kill_and_reap()
+        if outcome.protocol_error is None:
             # Everything the child wrote before it died is still in the pipe: a done frame
             # that raced the kill wins.
             with contextlib.suppress(
@@ -359,10 +489,17 @@ class Engine(PoolEngine):
         result = None
         result_json = reply.get("result_json")
         if isinstance(result_json, str):
-            if len(result_json.encode("utf-8")) <= self.result_limit_bytes:
-                result = json.loads(result_json)
-            else:
+            if len(result_json.encode("utf-8", errors="replace")) > self.result_limit_bytes:
                 notes.append(f"completion value exceeds {self.result_limit_bytes} bytes")
+            else:
+                try:
+                    result = well_formed_json(json.loads(result_json))
+                except (RecursionError, TooDeep):
+                    notes.append(f"completion value nests deeper than {JSON_DEPTH_MAX} levels")
+                except ValueError as exc:
+                    return self._failed_report(
+                        execution, REASON_PROTOCOL, f"result_json is not JSON: {exc}"
+                    )
         raw_output = reply.get("output")
         raw_output = raw_output if isinstance(raw_output, str) else ""
         output, cut = truncate_utf8(raw_output, self.output_limit_bytes)

@@ -184,6 +184,7 @@ class EngineStats:
     saturation_events: int
     queued_events: int
     submitted_total: int
+    children_spawned_total: int = 0  # real engine: children started (reuse keeps it low)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -52,6 +52,7 @@ from appliance.engine.model import (
     PoolFull,
     UnknownExecution,
 )
+from appliance.engine.text import TooDeep, well_formed, well_formed_json
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,15 @@ class PoolEngine(abc.ABC):
         """(warm_children, live_children) for stats()."""
         return 0, 0
 
+    def _backend_extra_stats_locked(self) -> dict[str, int]:
+        """Backend counters added to stats() (EngineStats fields)."""
+        return {}
+
+    def _after_report(self, execution: Execution) -> None:
+        """Supervisor thread, after the terminal report was delivered: tidy up off the report's
+        critical path (the real engine recycles the child here)."""
+        return None
+
     def child_pids(self) -> frozenset[int]:
         """Pids of every child process this engine started and has not reaped."""
         return frozenset()
@@ -189,6 +199,10 @@ class PoolEngine(abc.ABC):
         with self._cond:
             self._finish_locked(execution, report, was_running=True)
         self._deliver(execution, report)
+        try:
+            self._after_report(execution)
+        except Exception:
+            log.exception("engine clean-up after a report failed")
 
     # ----- observation ----------------------------------------------------------------------
 
@@ -223,6 +237,7 @@ class PoolEngine(abc.ABC):
                 saturation_events=self._saturation_events,
                 queued_events=self._queued_events,
                 submitted_total=self._submitted_total,
+                **self._backend_extra_stats_locked(),
             )
 
     # ----- cancel and shutdown --------------------------------------------------------------
@@ -286,6 +301,16 @@ class PoolEngine(abc.ABC):
     def _terminal(
         self, execution: Execution, status: ExecutionStatus, **fields: Any
     ) -> ExecutionReport:
+        # The one encoding rule (text.py), for every backend: a report always encodes as UTF-8.
+        for name in ("error", "reason", "note", "output"):
+            if isinstance(fields.get(name), str):
+                fields[name] = well_formed(fields[name])
+        if "result" in fields:
+            try:
+                fields["result"] = well_formed_json(fields["result"])
+            except TooDeep as exc:
+                fields["result"] = None
+                fields["note"] = "; ".join(n for n in (fields.get("note"), str(exc)) if n)
         return ExecutionReport(
             execution_id=execution.request.execution_id,
             status=status,
@@ -365,3 +390,8 @@ class PoolEngine(abc.ABC):
 def check_range(name: str, value: int, low: int, high: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidEngineConfig(f"{name} must be an integer within {low}..{high}, not {value!r}")
+
+
+def check_positive(name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise InvalidEngineConfig(f"{name} must be a positive number of seconds, not {value!r}")

@@ -52,6 +52,10 @@ class ChildProcess:
         self._stderr_file = stderr_file
         self._reader: protocol.FrameReader | None = None
         self.pid = popen.pid
+        self.executions_done = 0  # done frames read from this child
+        self.idle_since_monotonic = 0.0
+        self._rss_bytes_first: int | None = None
+        self._rss_bytes_last = 0
 
     @classmethod
     def spawn(cls, reply_frame_bytes_max: int) -> ChildProcess:
@@ -87,6 +91,20 @@ class ChildProcess:
             raise ChildStartError(f"child {self.pid} sent {message!r} instead of ready")
         if message.get("v") != protocol.PROTOCOL_VERSION:
             raise ChildStartError(f"child {self.pid} speaks protocol {message.get('v')!r}")
+        if message.get("executions") != self.executions_done:
+            raise ChildStartError(
+                f"child {self.pid} reports {message.get('executions')!r} executions, "
+                f"the parent saw {self.executions_done}"
+            )
+        rss = message.get("rss_bytes")
+        if isinstance(rss, int) and not isinstance(rss, bool):
+            self._rss_bytes_last = rss
+            if self._rss_bytes_first is None:
+                self._rss_bytes_first = rss
+
+    def rss_growth_bytes(self) -> int:
+        """How much the child's RSS grew from its first ready frame to its latest one."""
+        return self._rss_bytes_last - (self._rss_bytes_first or self._rss_bytes_last)
 
     def read(self, deadline_monotonic: float | None) -> dict[str, Any]:
         if self._reader is None:

@@ -1,18 +1,22 @@
-"""The framed JSON protocol between the engine and its children (version 1).
+"""The framed JSON protocol between the engine and its children (version 2).
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (one object
 with a ``type`` field). Both directions cap the frame size, so a confused or hostile peer can
 neither make the other allocate without bound nor smuggle bytes past the framing.
 
-Conversation, one per child (children are single-use):
+Conversation, repeated for every execution a child runs (children are reused, isolates not):
 
-    child  -> parent  {"type": "ready", "v": 1, "pid": ...}      after V8 is warm
+    child  -> parent  {"type": "ready", "v": 2, "pid": ..., "executions": n, "rss_bytes": ...}
+                      a fresh isolate is warm and every earlier one is disposed
     parent -> child   {"type": "run", ...request...}
     child  -> parent  {"type": "running"}                        just before the script starts
-    child  -> parent  {"type": "done", "status": ..., ...}       then the child exits
+    child  -> parent  {"type": "done", "status": ..., "reusable": bool, ...}
 
-End of file on either side ends the conversation: a child whose stdin closes exits; a parent
-that reads end of file before ``done`` decides from the exit status what happened.
+After ``done`` the child disposes of the script's isolate and sends ``ready`` again, unless
+``reusable`` is false (timeout, out of memory, a harness failure): then it exits, and the parent
+kills and reaps it anyway. End of file on either side ends the conversation: a child whose stdin
+closes exits; a parent that reads end of file before ``done`` decides from the exit status what
+happened.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import struct
 import time
 from typing import Any
 
-PROTOCOL_VERSION = 1
+from appliance.engine.text import well_formed, well_formed_json
+
+PROTOCOL_VERSION = 2
 
 # Set in every child's environment: the pid it must be a child of, and the marker by which a
 # restarted worker recognises leftover children (process.kill_recorded_children).
@@ -51,15 +57,27 @@ class PeerClosed(Exception):
 
 
 def truncate_utf8(text: str, limit_bytes: int) -> tuple[str, bool]:
-    """The longest prefix of text whose UTF-8 form fits in limit_bytes, and whether it was cut."""
-    encoded = text.encode("utf-8", errors="replace")
+    """The longest prefix of well_formed(text) whose UTF-8 form fits in limit_bytes (cut on a
+    character boundary), and whether it was cut."""
+    text = well_formed(text)
+    if len(text) * 4 <= limit_bytes:  # no character encodes to more than four bytes
+        return text, False
+    encoded = text.encode("utf-8")
     if len(encoded) <= limit_bytes:
         return text, False
     return encoded[:limit_bytes].decode("utf-8", errors="ignore"), True
 
 
 def encode_frame(message: dict[str, Any], frame_bytes_max: int) -> bytes:
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    """One frame; strings are made well-formed first (text.py), so no value a script produced
+    can make the writer fail."""
+    text = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        body = text.encode("utf-8")
+    except UnicodeEncodeError:
+        body = json.dumps(
+            well_formed_json(message), ensure_ascii=False, separators=(",", ":")
+        ).encode("utf-8")
     if len(body) > frame_bytes_max:
         raise ProtocolError(f"frame of {len(body)} bytes exceeds {frame_bytes_max}")
     return FRAME_HEADER.pack(len(body)) + body

@@ -38,6 +38,7 @@ from typing import Any
 import apsw
 
 from appliance.core.canonical import canonical_digest, canonical_json
+from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
@@ -502,7 +503,9 @@ class WorkerStore(OpenedStore):
         """Record engine progress. A finished execution never changes again
         (``execution_finished``); ``output`` (whole captured output so far) is at most
         ``EXECUTION_OUTPUT_BYTES_MAX`` bytes, else ``ValueError``. ``durable=False`` only for
-        ``running`` (see the module doc); a terminal status is always written durably."""
+        ``running`` (see the module doc); a terminal status is always written durably. Strings in
+        ``result`` and ``error`` get the engine's encoding rule (lone surrogates become U+FFFD);
+        a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
         if not durable and status in TERMINAL_STATUSES:
@@ -511,6 +514,10 @@ class WorkerStore(OpenedStore):
             raise ValueError(
                 f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
             )
+        # Script text may hold lone surrogates: the engine's one encoding rule (U+FFFD, see
+        # appliance/engine/text.py) is applied here too, so a record always encodes.
+        result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
+        error = None if error is None else well_formed(error)
         canonical_json(result)  # refuse a result that is not JSON before anything is written
         with self._lock, self._write(durable):
             current = self._load_execution(execution_id)

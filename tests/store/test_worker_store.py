@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.engine.text import STORED_JSON_DEPTH_MAX, TooDeep
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
 from appliance.store.versions import WORKER_FILE_NAME
 from appliance.store.worker_store import EXECUTION_OUTPUT_BYTES_MAX, Invocation, WorkerStore
@@ -258,3 +259,42 @@ def test_an_invocation_key_is_a_namespace_and_three_non_negative_integers(fields
     with pytest.raises(ValueError, match="invocation"):
         Invocation(*fields)
     assert Invocation("ns", 0, 0, 0).key() == ("ns", 0, 0, 0)
+
+
+def test_script_text_with_lone_surrogates_is_stored_with_the_replacement_character(
+    data_dir: Path,
+) -> None:
+    # What a script can hand over after JSON decoding: lone surrogates, NUL, control characters.
+    result = {"value": "\ud83d", "\udc00key": ["a\x00b\x1f", "\ud83d\ude00"], "n": 1}
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        done = store.update_execution(
+            "e1", status="failed", now_ms=13, result=result, error="thrown \udfff"
+        )
+        expected = {"value": "\ufffd", "\ufffdkey": ["a\x00b\x1f", "\U0001f600"], "n": 1}
+        assert (done.result, done.error) == (expected, "thrown \ufffd")
+    with open_worker(data_dir) as reopened:
+        stored = reopened.get_execution("e1")
+        assert (stored.status, stored.result, stored.error) == ("failed", expected, "thrown \ufffd")
+
+
+def test_a_result_nested_deeper_than_the_limit_is_refused_before_anything_is_written(
+    data_dir: Path,
+) -> None:
+    def nested(depth: int) -> object:
+        value: object = 0
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    with open_worker(data_dir) as store:
+        admitted(store)
+        store.consume(INV, execution_id="e1", now_ms=12)
+        too_deep = nested(STORED_JSON_DEPTH_MAX + 1)
+        with pytest.raises(TooDeep):
+            store.update_execution("e1", status="completed", now_ms=13, result=too_deep)
+        assert store.get_execution("e1").status == "submitted"
+        at_limit = nested(STORED_JSON_DEPTH_MAX)
+        done = store.update_execution("e1", status="completed", now_ms=14, result=at_limit)
+        assert done.result == at_limit
