@@ -104,7 +104,7 @@ def proposal_outcome(raw: Any) -> Outcome:
     if isinstance(raw, Accepted | Refused):
         return raw
     if isinstance(raw, NotLeader):
-        return NotLeaderAnswer(getattr(raw, "leader_hint", None))
+        return NotLeaderAnswer(getattr(raw, "leader_hint", None), str(raw))
     if isinstance(raw, ProposalLost):
         return LostAnswer(str(raw))
     if isinstance(raw, BaseException):
@@ -325,7 +325,7 @@ class Runner:
         try:
             self.replication.read_barrier(timeout_s=BARRIER_TIMEOUT_S)
         except NotLeader as exc:
-            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None))
+            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None), str(exc))
         except Exception as exc:
             failure = FailedAnswer(str(exc))
         else:

@@ -34,7 +34,18 @@ from appliance.runner.worker_answers import ExecResult, ObserveResult
 from tests.runner.harness import T0, config, definition
 
 RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
-SANS_IO = ["owner.py", "owner_events.py", "applied.py", "worker_answers.py", "ownership.py"]
+SANS_IO = [
+    "owner.py",
+    "owner_serial.py",
+    "owner_attempts.py",
+    "owner_requests.py",
+    "owner_events.py",
+    "applied.py",
+    "worker_answers.py",
+    "ownership.py",
+    "command_table.py",
+    "operator.py",
+]
 FORBIDDEN = {"time", "threading", "socket", "random", "queue", "concurrent", "asyncio", "os"}
 
 
