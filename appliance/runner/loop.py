@@ -28,11 +28,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.clock import RunnerClock
 from appliance.config.runner import RunnerConfig
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
-from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
@@ -120,7 +120,7 @@ class Runner:
         machine: Machine,
         replication: Any,
         worker: WorkerClient,
-        clock: Clock,
+        clock: RunnerClock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
     ) -> None:

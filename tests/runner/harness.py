@@ -7,6 +7,7 @@ import io
 import json
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from appliance.config.runner import parse_runner_config
@@ -74,6 +75,9 @@ class ManualClock:
     def now_s(self) -> float:
         with self._lock:
             return self._now_s
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.now_s(), UTC)
 
     def set(self, now_s: float) -> None:
         with self._lock:
