@@ -65,6 +65,7 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
+from appliance.runner.owner_serial import Gate
 from appliance.runner.worker_client import WorkerClient
 
 __all__ = ["OBSERVE_GRACE_S", "Runner"]
@@ -123,6 +124,7 @@ class Runner:
         clock: RunnerClock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
+        gate: Gate | None = None,
     ) -> None:
         self.cfg = cfg
         self.node_id = cfg.node_id
@@ -132,7 +134,11 @@ class Runner:
         self.clock = clock
         self.log = log
         self.owner = Owner(
-            cfg=cfg, state=machine, time_scale=clock.time_scale, unknown_poll_s=unknown_poll_s
+            cfg=cfg,
+            state=machine,
+            time_scale=clock.time_scale,
+            unknown_poll_s=unknown_poll_s,
+            gate=gate,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")

@@ -143,6 +143,7 @@ class RunnerProcess:
             worker=self.worker,
             clock=clock,
             log=DecisionLogTee(log, self.metrics),
+            gate=self.member.capabilities.refusal,
         )
         known = {
             "admission": credentials.admission,

@@ -182,3 +182,17 @@ def test_a_failed_proposal_of_a_claim_is_adopted_once_it_is_seen_committed() -> 
     bench.settle()
     assert [e["occurrence"] for e in bench.events("claim_adopted")] == [1]
     assert sum(isinstance(e, DispatchRequest) for e in bench.pending) == 1
+
+
+def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
+    bench = Bench()
+    bench.owner = Owner(
+        cfg=bench.cfg,
+        state=bench.machine,
+        gate=lambda kind: "waits for v2" if kind == "CreateSchedule" else None,
+    )
+    bench.acquire()
+    out = bench.feed(OperatorRequest(3, OperatorCommand("create", {"definition": definition()})))
+    assert not any(isinstance(e, Propose) for e in out)
+    (reply,) = [e for e in out if isinstance(e, Reply)]
+    assert reply.value["status"] == 400 and "waits for v2" in reply.value["error"]["message"]
