@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from appliance.config.credentials import Secret
 from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
@@ -34,6 +33,7 @@ from appliance.runner.attempt_report import (
 )
 from appliance.runner.binding import execution_id
 from appliance.runner.binding import execution_id as execution_id_of
+from appliance.secret import Secret
 
 T = TypeVar("T")
 

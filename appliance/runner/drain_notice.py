@@ -18,6 +18,9 @@ SHOWN_MAX: Final = 8
 
 def open_occurrences(runner: Any) -> list[int] | None:
     """Occurrence ids with a running observation/cancellation task; None when unknown."""
+    published = getattr(runner, "open_occurrences", None)
+    if callable(published):  # the runner loop publishes them after each turn
+        return sorted(published())
     work = getattr(runner, "_work", None)
     if not isinstance(work, dict):
         return None

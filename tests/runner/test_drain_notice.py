@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from appliance.runner.drain_notice import SHOWN_MAX, drain_notice, open_occurrences
+from appliance.runner.worker_client import ObserveResult
+from tests.runner.harness import T0, Voter, definition, wait_until
 
 
 @dataclass
@@ -38,3 +41,12 @@ def test_many_open_occurrences_are_listed_bounded() -> None:
     text = drain_notice(ids, 10.0)
     assert f"{len(ids)} running occurrence(s)" in text
     assert f"{SHOWN_MAX}, ...)" in text and f"{SHOWN_MAX + 1}," not in text
+
+
+def test_the_real_runner_publishes_the_occurrences_it_still_observes() -> None:
+    with Voter() as v:
+        v.worker.on_observe = lambda eid: ObserveResult("running")  # never finishes
+        v.command(json.dumps({"action": "create", "definition": definition()}))
+        assert open_occurrences(v.runner) == []
+        v.advance_to(T0 + 60)
+        wait_until(lambda: open_occurrences(v.runner) == [1], "occurrence 1 observed")
