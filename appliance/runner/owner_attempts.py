@@ -31,6 +31,7 @@ from appliance.runner.owner_events import (
     ObserveRequest,
 )
 from appliance.runner.owner_serial import Chain, NotOwner, SerialCore, Uncertain
+from appliance.runner.report_text import failure_reason
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
 
 S = OccurrenceState
@@ -203,7 +204,10 @@ class AttemptDecisions(SerialCore):
             document = result.document if isinstance(result, ObserveResult) else None
             reason = None
             if outcome != "completed" and document is not None:
-                reason = str(document.get("reason") or document.get("error") or outcome)[:200]
+                # "uncaught exception: Error: boom", bounded (appliance/runner/report_text.py).
+                reason = failure_reason(document) or str(
+                    document.get("reason") or document.get("error") or outcome
+                )[:200]
             yield from self._commit_quietly(
                 core.RecordOutcome(
                     work.occurrence_id,

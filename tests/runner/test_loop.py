@@ -419,3 +419,13 @@ def test_a_late_result_of_an_earlier_attempt_never_strands_the_attempt_that_repl
         release_first_observe.set()  # the stale answer arrives after the replacement
         record = v.wait_state(1, "Succeeded")
         assert record.attempt == 2
+
+
+def test_a_thrown_error_keeps_its_message_in_the_failure_reason() -> None:
+    with Voter() as v:
+        report = {"status": "failed", "reason": "uncaught exception", "error": "Error: boom"}
+        v.worker.on_observe = lambda eid: ObserveResult("failed", report)
+        create(v)
+        v.advance_to(T0 + 60)
+        record = v.wait_state(1, "Failed")
+        assert record.failure_reason == "uncaught exception: Error: boom"
