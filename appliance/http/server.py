@@ -24,13 +24,17 @@ import errno
 import logging
 import socket
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from waitress import wasyncore
+from waitress.adjustments import Adjustments
 from waitress.channel import HTTPChannel
-from waitress.server import BaseWSGIServer, create_server
-from waitress.task import ErrorTask
+from waitress.parser import HTTPRequestParser
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask, ThreadedTaskDispatcher
+from waitress.utilities import Error
 
 from appliance.http.errors import error_body
 
@@ -41,6 +45,10 @@ KiB = 1024
 CHUNK_FRAMING_ALLOWANCE_BYTES = 64 * KiB
 HEADER_BYTES_MAX = 32 * KiB
 LISTEN_BACKLOG = 1024  # waitress's default backlog
+# After a refusal that closes the connection, what the client still sends is read and dropped
+# (never parsed) for this long, so its pending writes do not turn our answer into a reset.
+DRAIN_S = 2.0
+DRAIN_BYTES_MAX = 64 * KiB * KiB
 
 
 class AddressInUse(OSError):
@@ -56,15 +64,63 @@ def waitress_body_limit(body_bytes_max: int) -> int:
     return body_bytes_max + CHUNK_FRAMING_ALLOWANCE_BYTES + 1
 
 
+class _Unauthorized(Error):
+    code = 401
+    reason = "Unauthorized"
+
+
+class _GatedParser(HTTPRequestParser):
+    """Waitress's request parser with the bearer checked the moment the headers are complete.
+
+    A refused request is complete at once (error 401): the declared length, chunking or
+    ``Expect: 100-continue`` are ignored, no body byte is parsed, and the rest of the read that
+    brought the headers is swallowed, so nothing after them is parsed as another request; the
+    401 closes the connection (``_JsonErrorTask``).
+    """
+
+    def __init__(self, adj: Any, gate: Any) -> None:
+        super().__init__(adj)
+        self._gate = gate
+
+    def received(self, data: bytes) -> int:
+        headers_were_finished = self.headers_finished
+        consumed = super().received(data)
+        if (
+            self._gate is None
+            or headers_were_finished
+            or not self.headers_finished
+            or self.empty
+            or (self.error is not None and self.error.code == 400)  # malformed: nothing to judge
+        ):
+            return consumed
+        authorization = self.headers.get("AUTHORIZATION")
+        if self._gate.role_for(authorization, self.command, self.path) is not None:
+            return consumed
+        self.error = _Unauthorized("a valid bearer credential is required")
+        self.completed = True
+        self.expect_continue = False
+        self.body_rcv = None
+        self.connection_close = True
+        return len(data)
+
+
 class _JsonErrorTask(ErrorTask):
     """Waitress's protocol-level refusals in the appliance's JSON error shape."""
 
     def execute(self) -> None:
         error = self.request.error
         server = self.channel.server
-        code_by_status = {413: "body_too_large", 431: "headers_too_large", 501: "not_implemented"}
+        code_by_status = {
+            401: "unauthorized",
+            413: "body_too_large",
+            431: "headers_too_large",
+            501: "not_implemented",
+        }
         code = code_by_status.get(error.code, "bad_request")
-        if error.code == 413:
+        if error.code == 401:
+            message = error.body
+            self.response_headers.append(("WWW-Authenticate", "Bearer"))
+        elif error.code == 413:
             message = f"request body exceeds {server.appliance_body_bytes_max} bytes"
         elif error.code == 431:
             message = f"request headers exceed {HEADER_BYTES_MAX} bytes"
@@ -74,12 +130,88 @@ class _JsonErrorTask(ErrorTask):
         self.status = f"{error.code} {error.reason}"
         self.response_headers.append(("Content-Type", "application/json"))
         self.set_close_on_finish()
+        self.channel.drain_before_close = True
         self.content_length = len(body)
         self.write(body)
 
 
 class _Channel(HTTPChannel):
+    """Waitress's channel with the bearer gate and a draining close after a refusal.
+
+    Closing a socket with unread bytes makes the kernel send a reset, which can destroy our
+    answer before the client reads it (a client writing a body the server will not read is the
+    usual case). So after a refusal the write side is shut down first, and whatever arrives is
+    dropped unread until the client closes, ``DRAIN_S`` pass or ``DRAIN_BYTES_MAX`` came in.
+    """
+
     error_task_class = _JsonErrorTask
+    drain_before_close = False  # set by the error task
+    _drain_deadline: float | None = None
+    _drained_bytes = 0
+
+    def parser_class(self, adj: Any) -> _GatedParser:  # waitress calls self.parser_class(adj)
+        return _GatedParser(adj, self.server.appliance_gate)
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_deadline is not None
+
+    def handle_close(self) -> None:
+        if (
+            self.drain_before_close
+            and self._drain_deadline is None
+            and self.socket is not None
+            and not self.total_outbufs_len
+        ):
+            try:
+                self.socket.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # already gone: close now
+            else:
+                self._drain_deadline = time.monotonic() + DRAIN_S
+                self.will_close = False
+                self.close_when_flushed = False
+                return
+        super().handle_close()
+
+    def readable(self) -> bool:
+        return True if self.draining else super().readable()
+
+    def writable(self) -> bool:
+        return False if self.draining else super().writable()
+
+    def handle_read(self) -> None:
+        if not self.draining:
+            super().handle_read()
+            return
+        try:
+            data = self.recv(self.adj.recv_bytes)  # EOF or a reset closes (handle_close)
+        except OSError:
+            data = b""
+        self._drained_bytes += len(data)
+        if data and self._drained_bytes <= DRAIN_BYTES_MAX and not self.drain_expired():
+            return
+        HTTPChannel.handle_close(self)
+
+    def drain_expired(self, now: float | None = None) -> bool:
+        deadline = self._drain_deadline
+        return deadline is not None and (now or time.monotonic()) >= deadline
+
+
+class _Server(TcpWSGIServer):
+    """Waitress's TCP server with our channel and a per-second upkeep of its connections."""
+
+    channel_class = _Channel
+    appliance_gate: Any = None
+    appliance_error_extra: Mapping[str, Any] = {}
+    appliance_body_bytes_max = 0
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)
+        mono = time.monotonic()
+        for channel in list(self.active_channels.values()):
+            if isinstance(channel, _Channel) and channel.drain_expired(mono):
+                HTTPChannel.handle_close(channel)
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -141,7 +273,9 @@ class HttpServer:
         self._memory_body_bytes_max = memory_body_bytes_max
         self._recv_bytes = recv_bytes
         self._stop_timeout_s = stop_timeout_s
-        self._error_extra = dict(error_extra) if error_extra else {}
+        # The app's own error fields (create_app) unless the caller names them.
+        app_extra = getattr(app, "error_extra", None) or {}
+        self._error_extra = dict(error_extra) if error_extra else dict(app_extra)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._port: int | None = None
@@ -167,8 +301,7 @@ class HttpServer:
                 raise ServerError(f"{self.name}: already started")
             sock = _bind(self._host, self._requested_port)
             try:
-                server = create_server(
-                    self._app,
+                adj = Adjustments(
                     sockets=[sock],
                     threads=self._threads,
                     connection_limit=self._connection_limit,
@@ -180,15 +313,26 @@ class HttpServer:
                     expose_tracebacks=False,
                     clear_untrusted_proxy_headers=True,
                     ident="appliance",
+                    asyncore_use_poll=True,  # select() fails past fd 1024
+                    cleanup_interval=1,  # the upkeep (deadlines, draining) runs every second
+                )
+                dispatcher = ThreadedTaskDispatcher()
+                dispatcher.set_thread_count(self._threads)
+                server = _Server(
+                    self._app,
+                    {},
+                    _sock=sock,
+                    dispatcher=dispatcher,
+                    adj=adj,
+                    bind_socket=False,
+                    sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()),
                 )
             except Exception:
                 sock.close()
                 raise
-            if not isinstance(server, BaseWSGIServer):
-                raise ServerError(f"{self.name}: expected one listening socket")
-            server.channel_class = _Channel
             server.appliance_error_extra = self._error_extra
             server.appliance_body_bytes_max = self.body_bytes_max
+            server.appliance_gate = getattr(self._app, "bearer_gate", None)
             self._server = server
             self._port = int(sock.getsockname()[1])
             self._thread = threading.Thread(
