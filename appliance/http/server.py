@@ -22,33 +22,33 @@ from __future__ import annotations
 
 import errno
 import logging
+import resource
 import socket
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from waitress import wasyncore
 from waitress.adjustments import Adjustments
-from waitress.channel import HTTPChannel
-from waitress.parser import HTTPRequestParser
-from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask, ThreadedTaskDispatcher
-from waitress.utilities import Error
+from waitress.task import ThreadedTaskDispatcher
 
-from appliance.http.errors import error_body
+from appliance.http.connections import (
+    HEADER_BYTES_MAX,
+    ConnectionPolicy,
+    ListenerCounts,
+    ListenerServer,
+)
 
 log = logging.getLogger("appliance.http.server")
 
 KiB = 1024
 # Room for chunked framing above the app's exact cap (hex sizes and CRLFs; ~10 bytes per chunk).
 CHUNK_FRAMING_ALLOWANCE_BYTES = 64 * KiB
-HEADER_BYTES_MAX = 32 * KiB
 LISTEN_BACKLOG = 1024  # waitress's default backlog
-# After a refusal that closes the connection, what the client still sends is read and dropped
-# (never parsed) for this long, so its pending writes do not turn our answer into a reset.
-DRAIN_S = 2.0
-DRAIN_BYTES_MAX = 64 * KiB * KiB
+CONNECTION_LIMIT_DEFAULT = 512  # per listener; raise_open_files_limit leaves room for several
+OPEN_FILES_TARGET = 65_536
+
+__all__ = ["HEADER_BYTES_MAX", "AddressInUse", "HttpServer", "ServerError"]
 
 
 class AddressInUse(OSError):
@@ -64,154 +64,20 @@ def waitress_body_limit(body_bytes_max: int) -> int:
     return body_bytes_max + CHUNK_FRAMING_ALLOWANCE_BYTES + 1
 
 
-class _Unauthorized(Error):
-    code = 401
-    reason = "Unauthorized"
+def raise_open_files_limit(target: int = OPEN_FILES_TARGET) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``target`` (never above the hard limit, never down).
 
-
-class _GatedParser(HTTPRequestParser):
-    """Waitress's request parser with the bearer checked the moment the headers are complete.
-
-    A refused request is complete at once (error 401): the declared length, chunking or
-    ``Expect: 100-continue`` are ignored, no body byte is parsed, and the rest of the read that
-    brought the headers is swallowed, so nothing after them is parsed as another request; the
-    401 closes the connection (``_JsonErrorTask``).
-    """
-
-    def __init__(self, adj: Any, gate: Any) -> None:
-        super().__init__(adj)
-        self._gate = gate
-
-    def received(self, data: bytes) -> int:
-        headers_were_finished = self.headers_finished
-        consumed = super().received(data)
-        if (
-            self._gate is None
-            or headers_were_finished
-            or not self.headers_finished
-            or self.empty
-            or (self.error is not None and self.error.code == 400)  # malformed: nothing to judge
-        ):
-            return consumed
-        authorization = self.headers.get("AUTHORIZATION")
-        if self._gate.role_for(authorization, self.command, self.path) is not None:
-            return consumed
-        self.error = _Unauthorized("a valid bearer credential is required")
-        self.completed = True
-        self.expect_continue = False
-        self.body_rcv = None
-        self.connection_close = True
-        return len(data)
-
-
-class _JsonErrorTask(ErrorTask):
-    """Waitress's protocol-level refusals in the appliance's JSON error shape."""
-
-    def execute(self) -> None:
-        error = self.request.error
-        server = self.channel.server
-        code_by_status = {
-            401: "unauthorized",
-            413: "body_too_large",
-            431: "headers_too_large",
-            501: "not_implemented",
-        }
-        code = code_by_status.get(error.code, "bad_request")
-        if error.code == 401:
-            message = error.body
-            self.response_headers.append(("WWW-Authenticate", "Bearer"))
-        elif error.code == 413:
-            message = f"request body exceeds {server.appliance_body_bytes_max} bytes"
-        elif error.code == 431:
-            message = f"request headers exceed {HEADER_BYTES_MAX} bytes"
-        else:
-            message = "malformed HTTP request"
-        body = error_body(code, message, extra=server.appliance_error_extra)
-        self.status = f"{error.code} {error.reason}"
-        self.response_headers.append(("Content-Type", "application/json"))
-        self.set_close_on_finish()
-        self.channel.drain_before_close = True
-        self.content_length = len(body)
-        self.write(body)
-
-
-class _Channel(HTTPChannel):
-    """Waitress's channel with the bearer gate and a draining close after a refusal.
-
-    Closing a socket with unread bytes makes the kernel send a reset, which can destroy our
-    answer before the client reads it (a client writing a body the server will not read is the
-    usual case). So after a refusal the write side is shut down first, and whatever arrives is
-    dropped unread until the client closes, ``DRAIN_S`` pass or ``DRAIN_BYTES_MAX`` came in.
-    """
-
-    error_task_class = _JsonErrorTask
-    drain_before_close = False  # set by the error task
-    _drain_deadline: float | None = None
-    _drained_bytes = 0
-
-    def parser_class(self, adj: Any) -> _GatedParser:  # waitress calls self.parser_class(adj)
-        return _GatedParser(adj, self.server.appliance_gate)
-
-    @property
-    def draining(self) -> bool:
-        return self._drain_deadline is not None
-
-    def handle_close(self) -> None:
-        if (
-            self.drain_before_close
-            and self._drain_deadline is None
-            and self.socket is not None
-            and not self.total_outbufs_len
-        ):
-            try:
-                self.socket.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass  # already gone: close now
-            else:
-                self._drain_deadline = time.monotonic() + DRAIN_S
-                self.will_close = False
-                self.close_when_flushed = False
-                return
-        super().handle_close()
-
-    def readable(self) -> bool:
-        return True if self.draining else super().readable()
-
-    def writable(self) -> bool:
-        return False if self.draining else super().writable()
-
-    def handle_read(self) -> None:
-        if not self.draining:
-            super().handle_read()
-            return
+    The usual soft limit is 1,024; five listeners of hundreds of connections each need more.
+    Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
         try:
-            data = self.recv(self.adj.recv_bytes)  # EOF or a reset closes (handle_close)
-        except OSError:
-            data = b""
-        self._drained_bytes += len(data)
-        if data and self._drained_bytes <= DRAIN_BYTES_MAX and not self.drain_expired():
-            return
-        HTTPChannel.handle_close(self)
-
-    def drain_expired(self, now: float | None = None) -> bool:
-        deadline = self._drain_deadline
-        return deadline is not None and (now or time.monotonic()) >= deadline
-
-
-class _Server(TcpWSGIServer):
-    """Waitress's TCP server with our channel and a per-second upkeep of its connections."""
-
-    channel_class = _Channel
-    appliance_gate: Any = None
-    appliance_error_extra: Mapping[str, Any] = {}
-    appliance_body_bytes_max = 0
-
-    def maintenance(self, now: float) -> None:
-        super().maintenance(now)
-        mono = time.monotonic()
-        for channel in list(self.active_channels.values()):
-            if isinstance(channel, _Channel) and channel.drain_expired(mono):
-                HTTPChannel.handle_close(channel)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, wanted, exc)
+    return soft
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -251,7 +117,8 @@ class HttpServer:
         name: str,
         body_bytes_max: int,
         threads: int = 4,
-        connection_limit: int = 64,
+        connection_limit: int = CONNECTION_LIMIT_DEFAULT,
+        policy: ConnectionPolicy | None = None,
         channel_timeout_s: int = 120,
         memory_body_bytes_max: int = 512 * KiB,
         recv_bytes: int = 64 * KiB,
@@ -269,6 +136,7 @@ class HttpServer:
         self.body_bytes_max = body_bytes_max
         self._threads = threads
         self._connection_limit = connection_limit
+        self.policy = policy or ConnectionPolicy()
         self._channel_timeout_s = channel_timeout_s
         self._memory_body_bytes_max = memory_body_bytes_max
         self._recv_bytes = recv_bytes
@@ -292,6 +160,19 @@ class HttpServer:
         return self._port
 
     @property
+    def connection_counts(self) -> ListenerCounts:
+        """What the connection upkeep has closed since start (appliance.http.connections)."""
+        if self._server is None:
+            raise ServerError(f"{self.name}: not started")
+        return self._server.counts
+
+    @property
+    def listening_fd(self) -> int:
+        if self._server is None:
+            raise ServerError(f"{self.name}: not started")
+        return int(self._server.socket.fileno())
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -299,6 +180,7 @@ class HttpServer:
         with self._lock:
             if self._server is not None:
                 raise ServerError(f"{self.name}: already started")
+            raise_open_files_limit()
             sock = _bind(self._host, self._requested_port)
             try:
                 adj = Adjustments(
@@ -318,7 +200,7 @@ class HttpServer:
                 )
                 dispatcher = ThreadedTaskDispatcher()
                 dispatcher.set_thread_count(self._threads)
-                server = _Server(
+                server = ListenerServer(
                     self._app,
                     {},
                     _sock=sock,
@@ -333,6 +215,8 @@ class HttpServer:
             server.appliance_error_extra = self._error_extra
             server.appliance_body_bytes_max = self.body_bytes_max
             server.appliance_gate = getattr(self._app, "bearer_gate", None)
+            server.appliance_name = self.name
+            server.policy = self.policy
             self._server = server
             self._port = int(sock.getsockname()[1])
             self._thread = threading.Thread(

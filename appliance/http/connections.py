@@ -1,0 +1,368 @@
+"""The connections of one listener: waitress's server and channel, made hard to hold hostage.
+
+Theory of operation. Waitress parses requests in one event-loop thread (``poll()``, not
+``select()``, so descriptors past 1,024 work) and runs the app in a small thread pool. We
+subclass three of its pieces:
+
+- ``GatedParser``: the bearer is checked the moment a request's headers are complete. A refused
+  request is complete at once (401): its declared length, chunking or ``Expect: 100-continue``
+  are ignored, no body byte is parsed, and the rest of the read that brought the headers is
+  swallowed, so nothing after them is parsed as another request.
+- ``Channel`` (one connection) knows which of four states it is in: *awaiting headers* (since
+  it was accepted, or since the first byte of its next request), *holding a request* (its
+  headers are in and authenticated, or a task is queued or running for it), *idle* (kept alive
+  between requests) or *draining* (after a refusal: our write side is shut and what still comes
+  is dropped unread, so the client reads our answer instead of a reset).
+- ``ListenerServer``: once a second it closes connections that have not delivered complete
+  headers within ``header_deadline_s``, expired drains, and, when the listener is under
+  pressure (three quarters of ``connection_limit``), idle connections that have been idle for
+  ``idle_under_pressure_s``. At the limit it makes room for a new connection by closing, in this
+  order, a draining one, the oldest awaiting headers, the longest idle; a connection holding a
+  request is never closed. Only when every connection holds a request does it stop accepting
+  (the kernel's backlog keeps the newcomer until one finishes), so connections without a valid
+  bearer, which never get past *awaiting headers*, can never keep an authenticated one out.
+  Refusals the server gives itself (400, 401, 413, 431) are answered in the event-loop thread,
+  so they never wait behind, or occupy, the app's threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser
+from waitress.server import TcpWSGIServer
+from waitress.task import ErrorTask
+from waitress.utilities import Error
+
+from appliance.http.errors import error_body
+
+log = logging.getLogger("appliance.http.connections")
+
+KiB = 1024
+HEADER_BYTES_MAX = 32 * KiB
+# After a refusal that closes the connection, what the client still sends is read and dropped
+# (never parsed) for this long, so its pending writes do not turn our answer into a reset.
+DRAIN_S = 2.0
+DRAIN_BYTES_MAX = 64 * KiB * KiB
+PRESSURE_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class ConnectionPolicy:
+    """How long a connection may take to say what it wants, and how long it may idle."""
+
+    header_deadline_s: float = 5.0
+    idle_under_pressure_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.header_deadline_s <= 120:
+            raise ValueError("header_deadline_s must be 0.1-120 seconds")
+        if not 0 <= self.idle_under_pressure_s <= 120:
+            raise ValueError("idle_under_pressure_s must be 0-120 seconds")
+
+
+class Unauthorized(Error):
+    code = 401
+    reason = "Unauthorized"
+
+
+class GatedParser(HTTPRequestParser):
+    """Waitress's request parser with the bearer checked the moment the headers are complete
+    (see the module doc); the 401 closes the connection (``JsonErrorTask``)."""
+
+    def __init__(self, adj: Any, gate: Any) -> None:
+        super().__init__(adj)
+        self._gate = gate
+
+    def received(self, data: bytes) -> int:
+        headers_were_finished = self.headers_finished
+        consumed = super().received(data)
+        if (
+            self._gate is None
+            or headers_were_finished
+            or not self.headers_finished
+            or self.empty
+            or (self.error is not None and self.error.code == 400)  # malformed: nothing to judge
+        ):
+            return consumed
+        authorization = self.headers.get("AUTHORIZATION")
+        if self._gate.role_for(authorization, self.command, self.path) is not None:
+            return consumed
+        self.error = Unauthorized("a valid bearer credential is required")
+        self.completed = True
+        self.expect_continue = False
+        self.body_rcv = None
+        self.connection_close = True
+        return len(data)
+
+
+class JsonErrorTask(ErrorTask):
+    """Waitress's protocol-level refusals in the appliance's JSON error shape."""
+
+    def execute(self) -> None:
+        error = self.request.error
+        server = self.channel.server
+        code_by_status = {
+            401: "unauthorized",
+            413: "body_too_large",
+            431: "headers_too_large",
+            501: "not_implemented",
+        }
+        code = code_by_status.get(error.code, "bad_request")
+        if error.code == 401:
+            message = error.body
+            self.response_headers.append(("WWW-Authenticate", "Bearer"))
+        elif error.code == 413:
+            message = f"request body exceeds {server.appliance_body_bytes_max} bytes"
+        elif error.code == 431:
+            message = f"request headers exceed {HEADER_BYTES_MAX} bytes"
+        else:
+            message = "malformed HTTP request"
+        body = error_body(code, message, extra=server.appliance_error_extra)
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.append(("Content-Type", "application/json"))
+        self.set_close_on_finish()
+        self.channel.drain_before_close = True
+        self.content_length = len(body)
+        self.write(body)
+
+
+class Channel(HTTPChannel):
+    """One connection: waitress's channel with the gate, its state, and a draining close.
+
+    Closing a socket with unread bytes makes the kernel send a reset, which can destroy our
+    answer before the client reads it (a client writing a body the server will not read is the
+    usual case). So after a refusal the write side is shut down first, and whatever arrives is
+    dropped unread until the client closes, ``DRAIN_S`` pass or ``DRAIN_BYTES_MAX`` came in.
+    """
+
+    error_task_class = JsonErrorTask
+    server: ListenerServer
+    drain_before_close = False  # set by the error task
+    _drain_deadline: float | None = None
+    _drained_bytes = 0
+    _serve_inline = False
+
+    def __init__(self, server: ListenerServer, sock: socket.socket, addr: Any, adj: Any, map=None):
+        super().__init__(server, sock, addr, adj, map=map)
+        # A new connection is awaiting headers from the moment it is accepted.
+        self.headers_due: float | None = time.monotonic() + server.policy.header_deadline_s
+
+    def parser_class(self, adj: Any) -> GatedParser:  # waitress calls self.parser_class(adj)
+        return GatedParser(adj, self.server.appliance_gate)
+
+    # --- state -----------------------------------------------------------------------------
+
+    @property
+    def draining(self) -> bool:
+        return self._drain_deadline is not None
+
+    @property
+    def holds_request(self) -> bool:
+        """A task is queued or running for it, or an authenticated request is being received."""
+        if self.requests or self._serve_inline:
+            return True
+        request = self.request
+        return request is not None and request.headers_finished
+
+    @property
+    def awaiting_headers(self) -> bool:
+        return self.headers_due is not None and not self.holds_request and not self.draining
+
+    @property
+    def idle(self) -> bool:
+        return (
+            self.headers_due is None
+            and self.request is None
+            and not self.requests
+            and not self.draining
+            and not self.will_close
+            and not self.close_when_flushed
+        )
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def received(self, data: bytes) -> bool:
+        result = super().received(data)
+        pending = self.request is not None and not self.request.headers_finished
+        if not pending:
+            self.headers_due = None
+        elif self.headers_due is None:  # the first bytes of the next request on a kept-alive one
+            self.headers_due = time.monotonic() + self.server.policy.header_deadline_s
+        if self._serve_inline:
+            # A refusal of the server's own (ListenerServer.add_task): answered here, in the
+            # event-loop thread, never queued behind the app's work.
+            self._serve_inline = False
+            self.service()
+        return result
+
+    def handle_read(self) -> None:
+        if not self.draining:
+            super().handle_read()
+            return
+        try:
+            data = self.recv(self.adj.recv_bytes)  # EOF or a reset closes (handle_close)
+        except OSError:
+            data = b""
+        self._drained_bytes += len(data)
+        if data and self._drained_bytes <= DRAIN_BYTES_MAX and not self.drain_expired():
+            return
+        HTTPChannel.handle_close(self)
+
+    # --- closing ---------------------------------------------------------------------------
+
+    def handle_close(self) -> None:
+        if (
+            self.drain_before_close
+            and self._drain_deadline is None
+            and self.socket is not None
+            and not self.total_outbufs_len
+        ):
+            try:
+                self.socket.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass  # already gone: close now
+            else:
+                self._drain_deadline = time.monotonic() + DRAIN_S
+                self.will_close = False
+                self.close_when_flushed = False
+                return
+        super().handle_close()
+
+    def close_now(self) -> None:
+        """Close without draining (the upkeep and eviction use it)."""
+        HTTPChannel.handle_close(self)
+
+    def readable(self) -> bool:
+        return True if self.draining else super().readable()
+
+    def writable(self) -> bool:
+        return False if self.draining else super().writable()
+
+    def drain_expired(self, now: float | None = None) -> bool:
+        deadline = self._drain_deadline
+        return deadline is not None and (now or time.monotonic()) >= deadline
+
+
+@dataclass
+class ListenerCounts:
+    """What the upkeep did, since the server started (for tests, logs and metrics)."""
+
+    header_deadline_closed: int = 0
+    idle_closed_under_pressure: int = 0
+    evicted_for_room: int = 0
+
+
+class ListenerServer(TcpWSGIServer):
+    """Waitress's TCP server with our channel, the upkeep and room-making (see module doc)."""
+
+    channel_class = Channel
+    appliance_gate: Any = None
+    appliance_error_extra: Mapping[str, Any] = {}
+    appliance_body_bytes_max = 0
+    appliance_name = "http"
+    policy = ConnectionPolicy()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.counts = ListenerCounts()
+        self._last_report = time.monotonic()
+        self._reported = ListenerCounts()
+        super().__init__(*args, **kwargs)
+
+    def _channels(self) -> list[Channel]:
+        return [c for c in self.active_channels.values() if isinstance(c, Channel)]
+
+    def add_task(self, task: Any) -> None:
+        channel = task
+        if isinstance(channel, Channel) and channel.requests and channel.requests[0].error:
+            channel._serve_inline = True  # served by Channel.received once waitress's lock is free
+            return
+        super().add_task(task)
+
+    # --- accepting -------------------------------------------------------------------------
+
+    def readable(self) -> bool:
+        now = time.time()
+        if now >= self.next_channel_cleanup:
+            self.next_channel_cleanup = now + self.adj.cleanup_interval
+            self.maintenance(now)
+        if not self.accepting:
+            return False
+        if len(self.active_channels) < self.adj.connection_limit:
+            return True
+        # At the limit: accept only if room can be made (handle_accept makes it).
+        return self._evictable() is not None
+
+    def handle_accept(self) -> None:
+        if len(self.active_channels) >= self.adj.connection_limit:
+            victim = self._evictable()
+            if victim is None:
+                return
+            victim.close_now()
+            self.counts.evicted_for_room += 1
+        super().handle_accept()
+
+    def _evictable(self) -> Channel | None:
+        """A draining connection, else the oldest awaiting headers, else the longest idle."""
+        oldest_waiting: Channel | None = None
+        longest_idle: Channel | None = None
+        for channel in self._channels():
+            if channel.draining:
+                return channel
+            if channel.awaiting_headers:
+                due = channel.headers_due
+                if oldest_waiting is None or (due or 0) < (oldest_waiting.headers_due or 0):
+                    oldest_waiting = channel
+            elif channel.idle and (
+                longest_idle is None or channel.last_activity < longest_idle.last_activity
+            ):
+                longest_idle = channel
+        return oldest_waiting or longest_idle
+
+    # --- upkeep (once a second) ------------------------------------------------------------
+
+    def maintenance(self, now: float) -> None:
+        super().maintenance(now)  # waitress: channel_timeout for idle connections
+        mono = time.monotonic()
+        channels = self._channels()
+        pressure = len(channels) >= PRESSURE_FRACTION * self.adj.connection_limit
+        idle_cutoff = now - self.policy.idle_under_pressure_s
+        for channel in channels:
+            if channel.drain_expired(mono):
+                channel.close_now()
+            elif channel.awaiting_headers and (channel.headers_due or mono) <= mono:
+                channel.close_now()
+                self.counts.header_deadline_closed += 1
+            elif pressure and channel.idle and channel.last_activity <= idle_cutoff:
+                channel.close_now()
+                self.counts.idle_closed_under_pressure += 1
+        self._report(mono)
+
+    def _report(self, mono: float) -> None:
+        """One log line a minute at most, only when the upkeep closed something."""
+        if mono - self._last_report < 60:
+            return
+        counts, seen = self.counts, self._reported
+        closed = (
+            counts.header_deadline_closed - seen.header_deadline_closed,
+            counts.idle_closed_under_pressure - seen.idle_closed_under_pressure,
+            counts.evicted_for_room - seen.evicted_for_room,
+        )
+        self._last_report = mono
+        self._reported = ListenerCounts(**vars(counts))
+        if any(closed):
+            log.warning(
+                "%s: closed %d connections that sent no complete headers in %.1fs, %d idle ones "
+                "under connection pressure and %d to make room for new ones (last minute)",
+                self.appliance_name,
+                closed[0],
+                self.policy.header_deadline_s,
+                closed[1],
+                closed[2],
+            )
