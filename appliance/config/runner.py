@@ -50,6 +50,7 @@ from appliance.config.replication import (
     check_peers,
 )
 from appliance.config.rfc3339 import rfc3339_rule
+from appliance.config.tls import TLS_RULE, TlsConfig
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
 from appliance.core.errors import InvalidConfig
@@ -135,6 +136,7 @@ class RunnerConfig:
     management: ManagementConfig | None = None
     raft: RaftTimings = field(default_factory=RaftTimings)
     replication: RaftBackend | EtcdBackend = RAFT
+    tls: TlsConfig | None = None  # per node, not sealed (appliance/config/tls.py)
 
     @property
     def own_addr(self) -> HostPort:
@@ -276,6 +278,7 @@ RUNNER_RULE: Final = Obj(
         "management": Field(_management_rule(), required=False, default=None),
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
         "replication": Field(REPLICATION, required=False, default=RAFT),
+        "tls": Field(TLS_RULE, required=False, default=None),
     },
     build=RunnerConfig,
     checks=(

@@ -9,7 +9,8 @@ subclass three of its pieces:
   are ignored, no body byte is parsed, and the rest of the read that brought the headers is
   swallowed, so nothing after them is parsed as another request.
 - ``Channel`` (one connection) knows which of four states it is in: *awaiting headers* (since
-  it was accepted, or since the first byte of its next request), *holding a request* (its
+  it was accepted — a TLS handshake counts as part of it — or since the first byte of its next
+  request), *holding a request* (its
   headers are in and authenticated, or a task is queued or running for it), *idle* (kept alive
   between requests) or *draining* (after a refusal: our write side is shut and what still comes
   is dropped unread, so the client reads our answer instead of a reset).
@@ -23,14 +24,23 @@ subclass three of its pieces:
   bearer, which never get past *awaiting headers*, can never keep an authenticated one out.
   Refusals the server gives itself (400, 401, 413, 431) are answered in the event-loop thread,
   so they never wait behind, or occupy, the app's threads.
+
+TLS (when the server has an ``ssl_context``) lives in the channel too, with no second process or
+relaying hop: the accepted socket is wrapped without a handshake, the handshake is driven
+non-blockingly by the event loop (a failed one closes the connection; a ``peer_check`` can refuse
+a verified certificate, e.g. one that names no voter), and reads drain what OpenSSL has already
+decrypted (``pending()``), which ``poll()`` cannot see. Waitress never reads from a connection
+while one of its requests is being served (``readable()`` is false then), so the app's thread
+writing the answer and the loop reading never use one TLS connection at the same time.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,9 +160,75 @@ class Channel(HTTPChannel):
     _serve_inline = False
 
     def __init__(self, server: ListenerServer, sock: socket.socket, addr: Any, adj: Any, map=None):
+        self.tls = server.ssl_context is not None
+        self._handshaking = self.tls
+        self._handshake_wants_write = False
+        if server.ssl_context is not None:
+            sock = server.ssl_context.wrap_socket(
+                sock, server_side=True, do_handshake_on_connect=False
+            )
         super().__init__(server, sock, addr, adj, map=map)
         # A new connection is awaiting headers from the moment it is accepted.
         self.headers_due: float | None = time.monotonic() + server.policy.header_deadline_s
+
+    # --- TLS -------------------------------------------------------------------------------
+
+    def _handshake(self) -> None:
+        try:
+            self.socket.do_handshake()
+        except ssl.SSLWantReadError:
+            self._handshake_wants_write = False
+            return
+        except ssl.SSLWantWriteError:
+            self._handshake_wants_write = True
+            return
+        except (ssl.SSLError, OSError) as exc:
+            log.info("%s: TLS handshake failed: %s", self.server.appliance_name, _reason(exc))
+            self.close_now()
+            return
+        check = self.server.peer_check
+        if check is not None and not check(self.socket.getpeercert()):
+            log.warning(
+                "%s: refused a TLS client whose certificate names no voter of this cluster",
+                self.server.appliance_name,
+            )
+            self.close_now()
+            return
+        self._handshaking = False
+
+    def _tls_read(self) -> None:
+        chunks: list[bytes] = []
+        eof = False
+        try:
+            while True:
+                data = self.socket.recv(self.adj.recv_bytes)
+                if not data:
+                    eof = True
+                    break
+                chunks.append(data)
+                if not self.socket.pending():
+                    break
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            pass
+        except (ssl.SSLError, OSError):
+            eof = True
+        if chunks:
+            self.last_activity = time.time()
+            self.received(b"".join(chunks))
+        if eof:
+            self.handle_close()
+
+    def send(self, data: bytes, do_close: bool = True) -> int:
+        if not self.tls or self.draining:
+            return super().send(data, do_close=do_close)
+        try:
+            return self.socket.send(data)
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError, BlockingIOError):
+            return 0
+        except (ssl.SSLError, OSError):
+            if do_close:
+                self.handle_close()
+            return 0
 
     def parser_class(self, adj: Any) -> GatedParser:  # waitress calls self.parser_class(adj)
         return GatedParser(adj, self.server.appliance_gate)
@@ -184,6 +260,7 @@ class Channel(HTTPChannel):
             and not self.draining
             and not self.will_close
             and not self.close_when_flushed
+            and not self.total_outbufs_len
         )
 
     # --- reading ---------------------------------------------------------------------------
@@ -203,8 +280,14 @@ class Channel(HTTPChannel):
         return result
 
     def handle_read(self) -> None:
+        if self._handshaking:
+            self._handshake()
+            return
         if not self.draining:
-            super().handle_read()
+            if self.tls:
+                self._tls_read()
+            else:
+                super().handle_read()
             return
         try:
             data = self.recv(self.adj.recv_bytes)  # EOF or a reset closes (handle_close)
@@ -240,14 +323,40 @@ class Channel(HTTPChannel):
         HTTPChannel.handle_close(self)
 
     def readable(self) -> bool:
+        if self._handshaking:
+            return not self._handshake_wants_write
         return True if self.draining else super().readable()
 
     def writable(self) -> bool:
+        if self.will_close:
+            return True  # handle_write closes it (ListenerServer.maintenance marks it so)
+        if self._handshaking:
+            return self._handshake_wants_write
         return False if self.draining else super().writable()
+
+    def handle_write(self) -> None:
+        if self.will_close and (self._handshaking or self.draining):
+            self.close_now()
+            return
+        if self._handshaking:
+            self._handshake()
+            return
+        super().handle_write()
+
+    def mark_for_close(self) -> None:
+        """Closed by the loop's next write pass, not now: the upkeep runs while ``poll()``'s
+        registrations are being built, and a descriptor closed then and reused by an accept in
+        the same pass would receive the closed one's events (a reset of an innocent client)."""
+        self.will_close = True
 
     def drain_expired(self, now: float | None = None) -> bool:
         deadline = self._drain_deadline
         return deadline is not None and (now or time.monotonic()) >= deadline
+
+
+def _reason(exc: BaseException) -> str:
+    reason = getattr(exc, "reason", None)
+    return str(reason or exc.__class__.__name__)
 
 
 @dataclass
@@ -268,6 +377,9 @@ class ListenerServer(TcpWSGIServer):
     appliance_body_bytes_max = 0
     appliance_name = "http"
     policy = ConnectionPolicy()
+    ssl_context: ssl.SSLContext | None = None
+    # Called with a verified client certificate after the handshake; False closes it.
+    peer_check: Callable[[dict[str, Any] | None], bool] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.counts = ListenerCounts()
@@ -300,19 +412,25 @@ class ListenerServer(TcpWSGIServer):
         return self._evictable() is not None
 
     def handle_accept(self) -> None:
+        victim = None
         if len(self.active_channels) >= self.adj.connection_limit:
             victim = self._evictable()
             if victim is None:
                 return
+        super().handle_accept()
+        if victim is not None:
+            # Closed after the accept, so the newcomer never gets the victim's descriptor while
+            # events for the old one may still be in this poll pass's results.
             victim.close_now()
             self.counts.evicted_for_room += 1
-        super().handle_accept()
 
     def _evictable(self) -> Channel | None:
         """A draining connection, else the oldest awaiting headers, else the longest idle."""
         oldest_waiting: Channel | None = None
         longest_idle: Channel | None = None
         for channel in self._channels():
+            if channel.will_close:
+                continue  # already on its way out
             if channel.draining:
                 return channel
             if channel.awaiting_headers:
@@ -334,13 +452,15 @@ class ListenerServer(TcpWSGIServer):
         pressure = len(channels) >= PRESSURE_FRACTION * self.adj.connection_limit
         idle_cutoff = now - self.policy.idle_under_pressure_s
         for channel in channels:
+            if channel.will_close:
+                continue
             if channel.drain_expired(mono):
-                channel.close_now()
+                channel.mark_for_close()
             elif channel.awaiting_headers and (channel.headers_due or mono) <= mono:
-                channel.close_now()
+                channel.mark_for_close()
                 self.counts.header_deadline_closed += 1
             elif pressure and channel.idle and channel.last_activity <= idle_cutoff:
-                channel.close_now()
+                channel.mark_for_close()
                 self.counts.idle_closed_under_pressure += 1
         self._report(mono)
 

@@ -24,8 +24,9 @@ import errno
 import logging
 import resource
 import socket
+import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from waitress import wasyncore
@@ -119,6 +120,8 @@ class HttpServer:
         threads: int = 4,
         connection_limit: int = CONNECTION_LIMIT_DEFAULT,
         policy: ConnectionPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
         channel_timeout_s: int = 120,
         memory_body_bytes_max: int = 512 * KiB,
         recv_bytes: int = 64 * KiB,
@@ -137,6 +140,8 @@ class HttpServer:
         self._threads = threads
         self._connection_limit = connection_limit
         self.policy = policy or ConnectionPolicy()
+        self.ssl_context = ssl_context
+        self._peer_check = peer_check
         self._channel_timeout_s = channel_timeout_s
         self._memory_body_bytes_max = memory_body_bytes_max
         self._recv_bytes = recv_bytes
@@ -217,6 +222,8 @@ class HttpServer:
             server.appliance_gate = getattr(self._app, "bearer_gate", None)
             server.appliance_name = self.name
             server.policy = self.policy
+            server.ssl_context = self.ssl_context
+            server.peer_check = self._peer_check
             self._server = server
             self._port = int(sock.getsockname()[1])
             self._thread = threading.Thread(
