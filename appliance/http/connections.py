@@ -477,7 +477,9 @@ class ListenerServer(TcpWSGIServer):
         self._last_report = mono
         self._reported = ListenerCounts(**vars(counts))
         if any(closed):
-            log.warning(
+            # INFO: peers' liveness probes (appliance/raft/peer_probe.py) hold idle connections
+            # that never send a request and are counted here too.
+            log.info(
                 "%s: closed %d connections that sent no complete headers in %.1fs, %d idle ones "
                 "under connection pressure and %d to make room for new ones (last minute)",
                 self.appliance_name,

@@ -110,3 +110,40 @@ def check_voter(sock: ssl.SSLSocket, node_id: str) -> None:
         raise PeerIdentityError(
             f"the peer's certificate is from the cluster CA but does not name voter {node_id}"
         )
+
+
+# --- what each process builds from its ``tls`` section (None: plain HTTP, as before) --------
+
+
+def cluster_listener_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """The cluster port: always mutual TLS with the cluster CA."""
+    return None if tls is None else server_context(tls, require_client_cert=True)
+
+
+def cluster_peer_check(voters: Iterable[str]) -> Any:
+    """The cluster port admits a client certificate only if it names a voter of this cluster."""
+    known = tuple(voters)
+    return lambda cert: voter_of(cert, known) is not None
+
+
+def cluster_client_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """Raft to peers: the CA, our certificate, and the peer's identity checked by name."""
+    return None if tls is None else client_context(tls, check_hostname=False)
+
+
+def listener_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """Admission, the worker's routes: TLS; a client certificate if ``client_cert_required``."""
+    return (
+        None if tls is None else server_context(tls, require_client_cert=tls.client_cert_required)
+    )
+
+
+def plain_listener_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """Metrics: TLS, never a client certificate (a scraper presents only the bearer)."""
+    return None if tls is None else server_context(tls, require_client_cert=False)
+
+
+def origin_client_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
+    """Runner → worker, worker → admission: the server verified against the CA, by hostname;
+    None keeps the client's default (system CAs for https)."""
+    return None if tls is None else client_context(tls)

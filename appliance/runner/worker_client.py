@@ -19,6 +19,7 @@ The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but sti
 from __future__ import annotations
 
 import json
+import ssl
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -82,10 +83,21 @@ def _error_code(document: dict[str, Any] | None) -> str:
 
 
 class WorkerClient:
-    def __init__(self, origin_url: str, bearer: Secret, client: HttpClient | None = None) -> None:
+    def __init__(
+        self,
+        origin_url: str,
+        bearer: Secret,
+        client: HttpClient | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """``ssl_context``: verifies an https worker against the cluster CA and presents the
+        voter's certificate when the worker asks (appliance.http.tls.origin_client_context)."""
         self._origin = origin_url.rstrip("/")
         self._bearer = bearer
-        self._client = client or HttpClient(connect_timeout_ms=CONNECT_TIMEOUT_MS)
+        self._client = client or HttpClient(
+            connect_timeout_ms=CONNECT_TIMEOUT_MS, ssl_context=ssl_context
+        )
 
     def close(self) -> None:
         self._client.close()
