@@ -1,8 +1,10 @@
 """The connections of one listener: waitress's server and channel, made hard to hold hostage.
 
-Theory of operation. Waitress parses requests in one event-loop thread (``poll()``, not
-``select()``, so descriptors past 1,024 work) and runs the app in a small thread pool. We
-subclass three of its pieces:
+Theory of operation. Waitress parses requests in one event-loop thread and runs the app in a
+small thread pool. The loop is ours (appliance.http.event_loop: epoll with registrations kept
+between passes, so descriptors past 1,024 work and a pass costs what happened, not how many
+connections are open); the listening socket accepts everything waiting on each wake-up. We
+subclass three of waitress's pieces:
 
 - ``GatedParser``: the bearer is checked the moment a request's headers are complete. A refused
   request is complete at once (401): its declared length, chunking or ``Expect: 100-continue``
@@ -37,6 +39,7 @@ writing the answer and the loop reading never use one TLS connection at the same
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import ssl
 import time
@@ -51,6 +54,8 @@ from waitress.task import ErrorTask
 from waitress.utilities import Error
 
 from appliance.http.errors import error_body
+from appliance.http.event_loop import run_loop
+from appliance.http.polling import has_events
 
 log = logging.getLogger("appliance.http.connections")
 
@@ -61,6 +66,7 @@ HEADER_BYTES_MAX = 32 * KiB
 DRAIN_S = 2.0
 DRAIN_BYTES_MAX = 64 * KiB * KiB
 PRESSURE_FRACTION = 0.75
+ACCEPT_BATCH = 64  # connections accepted per readiness event of the listening socket
 
 
 @dataclass(frozen=True)
@@ -343,6 +349,17 @@ class Channel(HTTPChannel):
             return
         super().handle_write()
 
+    def has_unread_bytes(self) -> bool:
+        """A request (or a hang-up) is already here: an idle connection with bytes to read is
+        left to be read, not closed under it. (A request still on the wire can meet our close:
+        clients send what must not be ambiguous on a new connection, docs/http.md.)"""
+        sock = self.socket
+        if sock is None:
+            return False
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        return has_events(sock, select.POLLIN | select.POLLPRI)
+
     def mark_for_close(self) -> None:
         """Closed by the loop's next write pass, not now: the upkeep runs while ``poll()``'s
         registrations are being built, and a descriptor closed then and reused by an accept in
@@ -412,17 +429,34 @@ class ListenerServer(TcpWSGIServer):
         return self._evictable() is not None
 
     def handle_accept(self) -> None:
-        victim = None
-        if len(self.active_channels) >= self.adj.connection_limit:
-            victim = self._evictable()
-            if victim is None:
-                return
-        super().handle_accept()
-        if victim is not None:
-            # Closed after the accept, so the newcomer never gets the victim's descriptor while
-            # events for the old one may still be in this poll pass's results.
-            victim.close_now()
-            self.counts.evicted_for_room += 1
+        """Accept everything waiting (up to ``ACCEPT_BATCH``), making room at the limit."""
+        victims: list[Channel] = []
+        try:
+            for _ in range(ACCEPT_BATCH):
+                if len(self.active_channels) - len(victims) >= self.adj.connection_limit:
+                    victim = self._evictable()
+                    if victim is None:
+                        return
+                    victim.mark_for_close()  # chosen: not chosen again in this batch
+                    victims.append(victim)
+                before = len(self.active_channels)
+                super().handle_accept()
+                if len(self.active_channels) == before:  # nothing more waiting (or a failure)
+                    if victims:
+                        victims.pop().will_close = False  # its room was not needed
+                    return
+        finally:
+            # Closed after the accepts, so no newcomer gets a victim's descriptor while events
+            # for the old one may still be in this pass's results.
+            for victim in victims:
+                victim.close_now()
+                self.counts.evicted_for_room += 1
+
+    def run(self) -> None:
+        try:
+            run_loop(self, self._map, self.adj.asyncore_loop_timeout)
+        except (SystemExit, KeyboardInterrupt):
+            self.task_dispatcher.shutdown()
 
     def _evictable(self) -> Channel | None:
         """A draining connection, else the oldest awaiting headers, else the longest idle."""
@@ -459,7 +493,12 @@ class ListenerServer(TcpWSGIServer):
             elif channel.awaiting_headers and (channel.headers_due or mono) <= mono:
                 channel.mark_for_close()
                 self.counts.header_deadline_closed += 1
-            elif pressure and channel.idle and channel.last_activity <= idle_cutoff:
+            elif (
+                pressure
+                and channel.idle
+                and channel.last_activity <= idle_cutoff
+                and not channel.has_unread_bytes()
+            ):
                 channel.mark_for_close()
                 self.counts.idle_closed_under_pressure += 1
         self._report(mono)

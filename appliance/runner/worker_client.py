@@ -102,7 +102,9 @@ class WorkerClient:
     def close(self) -> None:
         self._client.close()
 
-    def _post(self, path: str, document: dict[str, Any], read_timeout_ms: int) -> Any:
+    def _post(
+        self, path: str, document: dict[str, Any], read_timeout_ms: int, *, fresh: bool = False
+    ) -> Any:
         return self._client.post(
             self._origin + path,
             _body(document),
@@ -110,12 +112,16 @@ class WorkerClient:
             bearer=self._bearer,
             read_timeout_ms=read_timeout_ms,
             response_bytes_max=RESPONSE_BYTES_MAX,
+            fresh_connection=fresh,
         )
 
     def execute(self, binding: dict[str, Any], code: str) -> ExecResult:
         document = {"protocol": PROTOCOL_VERSION, "binding": binding, "code": code}
         try:
-            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS)
+            # A new connection: a kept-alive one the worker closes as idle (it does under
+            # connection pressure) could meet our request on the wire, and an exec whose fate
+            # is unknown is an Unknown (docs/http.md).
+            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS, fresh=True)
         except ConnectFailed as exc:
             return ExecResult("uncertain", detail=f"worker unreachable: {exc.reason}")
         except AmbiguousSend as exc:
