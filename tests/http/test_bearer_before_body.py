@@ -206,3 +206,27 @@ def test_a_valid_bearer_over_the_declared_limit_is_still_413(surface):
         assert json.loads(body)["error"]["code"] == "body_too_large"
     finally:
         sock.close()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"NOT A REQUEST\r\n\r\n",  # 400
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40_000 + b"\r\n\r\n",  # 431
+    ],
+)
+def test_the_servers_own_refusals_carry_the_surfaces_error_fields(surface, raw):
+    """On the worker and admission listeners every answer is a protocol-1 document, including
+    the ones the server gives before any app code runs."""
+    server, _path, _token, extra = surface
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    try:
+        sock.sendall(raw)
+        status, _headers, body = _read_response(sock, timeout_s=2.0)
+        assert status in (400, 431)
+        document = json.loads(body)
+        assert document["error"]["code"] in ("bad_request", "headers_too_large")
+        for key, value in extra.items():
+            assert document[key] == value
+    finally:
+        sock.close()

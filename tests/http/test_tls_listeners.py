@@ -5,6 +5,7 @@ cluster port; the bearer still applies on top; the Raft client accepts only the 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import ssl
 import time
@@ -24,6 +25,8 @@ from appliance.http.server import HttpServer
 from appliance.http.tls import (
     TlsSetupError,
     client_context,
+    listener_context,
+    origin_client_context,
     server_context,
     voter_name,
     voter_of,
@@ -137,6 +140,7 @@ def test_the_bearer_still_applies_over_mutual_tls(pki_dir):
         assert response.status == 401
 
 
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion:DeprecationWarning")  # on purpose: old TLS
 def test_tls_below_1_2_is_refused(pki_dir):
     with _cluster_server(pki_dir["n1"]) as server:
         context = client_context(pki_dir["n2"], check_hostname=False)
@@ -251,3 +255,40 @@ def test_an_ambiguous_send_is_possible_only_after_the_handshake(pki_dir):
         context = client_context(pki_dir["worker"], check_hostname=False)
         with pytest.raises((ConnectFailed, AmbiguousSend)):
             _get(context, server.port)
+
+
+def test_a_listener_requiring_client_certificates_admits_the_cluster_clients(pki_dir):
+    """Admission and the worker's routes with client_cert_required: the runner's and the
+    worker's clients (origin_client_context) present their certificates; others cannot."""
+    tls = dataclasses.replace(pki_dir["worker"], client_cert_required=True)
+    app = create_app(
+        routes={"/echo": Echo()},
+        credentials={"cluster": Secret(TOKEN)},
+        accepted_roles={"cluster"},
+        body_bytes_max=4096,
+        surface="worker",
+    )
+    server = HttpServer(
+        app,
+        host="127.0.0.1",
+        port=0,
+        name="w",
+        body_bytes_max=4096,
+        ssl_context=listener_context(tls),
+    )
+    with server:
+        assert _get(origin_client_context(pki_dir["n1"]), server.port).status == 200
+        anonymous = ssl.create_default_context(cafile=pki_dir["n1"].ca_file)
+        with pytest.raises(ClientError):
+            _get(anonymous, server.port)
+        # Without client_cert_required the same listener serves a client with no certificate.
+        plain_tls = HttpServer(
+            app,
+            host="127.0.0.1",
+            port=0,
+            name="w2",
+            body_bytes_max=4096,
+            ssl_context=listener_context(pki_dir["worker"]),
+        )
+        with plain_tls:
+            assert _get(anonymous, plain_tls.port).status == 200
