@@ -43,6 +43,7 @@ import select
 import socket
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -285,6 +286,25 @@ class Channel(HTTPChannel):
             self.service()
         return result
 
+    # --- changes made by waitress's worker threads ----------------------------------------------
+
+    def _changed(self) -> None:
+        fd = self._fileno
+        if fd is not None:
+            self.server.changed.append(fd)
+            self.server.pull_trigger()
+
+    def service(self) -> None:
+        """A worker thread serves our request (or the loop, for a refusal of its own)."""
+        super().service()
+        self._changed()  # after waitress's own wake-up: the loop must see the final state
+
+    def write_soon(self, data: Any) -> int:
+        written = super().write_soon(data)
+        if self.total_outbufs_len:  # left for the loop to flush: it must watch for writability
+            self._changed()
+        return written
+
     def handle_read(self) -> None:
         if self._handshaking:
             self._handshake()
@@ -400,6 +420,8 @@ class ListenerServer(TcpWSGIServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.counts = ListenerCounts()
+        # Connections a worker thread changed, for the loop to look at again (event_loop).
+        self.changed: deque[int] = deque()
         self._last_report = time.monotonic()
         self._reported = ListenerCounts()
         super().__init__(*args, **kwargs)
@@ -454,7 +476,7 @@ class ListenerServer(TcpWSGIServer):
 
     def run(self) -> None:
         try:
-            run_loop(self, self._map, self.adj.asyncore_loop_timeout)
+            run_loop(self, self._map, self.adj.asyncore_loop_timeout, self.changed)
         except (SystemExit, KeyboardInterrupt):
             self.task_dispatcher.shutdown()
 

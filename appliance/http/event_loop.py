@@ -7,11 +7,12 @@ square of the connections, and on this machine 1,500 of them kept one core busy 
 honest requests by seconds.
 
 Here a connection's interest is evaluated again only when something could have changed it: it
-had an event in this pass, it is new (accepted) or gone, or the trigger fired. Waitress's worker
-threads change a connection only while serving it, and pull the trigger when they are done or
-need the loop (``write_soon``, ``service``), so after a trigger pass every connection is
-re-evaluated; so is every connection after the once-a-second upkeep. The per-event handling is
-waitress's own (``wasyncore.readwrite``).
+had an event in this pass, it is new (accepted) or gone, or a worker thread changed it. Waitress's
+worker threads change a connection only while serving it; ``Channel`` then puts its descriptor on
+the server's ``changed`` queue and pulls the trigger (appliance.http.connections), so the loop
+re-evaluates exactly those. Every connection is re-evaluated once a second as well (the upkeep
+may have marked any of them). The per-event handling is waitress's own
+(``wasyncore.readwrite``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import contextlib
 import select
 import selectors
 import time
+from collections import deque
 from typing import Any
 
 from waitress import wasyncore
@@ -35,8 +37,13 @@ def _interest(obj: Any) -> int:
     return mask
 
 
-def run_loop(server: Any, socket_map: dict[int, Any], timeout_s: float) -> None:
-    """Serve ``socket_map`` until it is empty (``HttpServer.stop`` empties it in the loop)."""
+def run_loop(
+    server: Any, socket_map: dict[int, Any], timeout_s: float, changed: deque[int]
+) -> None:
+    """Serve ``socket_map`` until it is empty (``HttpServer.stop`` empties it in the loop).
+
+    ``changed``: descriptors of connections other threads changed (appended there, popped here:
+    both atomic)."""
     selector = selectors.DefaultSelector()
     registered: dict[int, tuple[Any, int]] = {}  # fd -> (object, mask)
 
@@ -78,6 +85,8 @@ def run_loop(server: Any, socket_map: dict[int, Any], timeout_s: float) -> None:
                 for fd, obj in list(socket_map.items()):
                     update(fd, obj)
             else:
+                while changed:
+                    touched.add(changed.popleft())
                 for fd in touched | (socket_map.keys() - registered.keys()):
                     obj = socket_map.get(fd)
                     if obj is not None:
@@ -98,8 +107,6 @@ def run_loop(server: Any, socket_map: dict[int, Any], timeout_s: float) -> None:
                 )
                 wasyncore.readwrite(obj, flags)
                 touched.add(fd)
-                if obj is server.trigger:
-                    full = True  # a worker thread changed some connection
     finally:
         selector.close()
 
