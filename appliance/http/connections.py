@@ -6,10 +6,8 @@ between passes, so descriptors past 1,024 work and a pass costs what happened, n
 connections are open); the listening socket accepts everything waiting on each wake-up. We
 subclass three of waitress's pieces:
 
-- ``GatedParser``: the bearer is checked the moment a request's headers are complete. A refused
-  request is complete at once (401): its declared length, chunking or ``Expect: 100-continue``
-  are ignored, no body byte is parsed, and the rest of the read that brought the headers is
-  swallowed, so nothing after them is parsed as another request.
+- ``GatedParser`` (appliance.http.gate): the bearer is checked the moment a request's headers
+  are complete, and a refusal is answered 401 without a body byte parsed.
 - ``Channel`` (one connection) knows which of four states it is in: *awaiting headers* (since
   it was accepted — a TLS handshake counts as part of it — or since the first byte of its next
   request), *holding a request* (its
@@ -49,19 +47,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from waitress.channel import HTTPChannel
-from waitress.parser import HTTPRequestParser
 from waitress.server import TcpWSGIServer
-from waitress.task import ErrorTask
-from waitress.utilities import Error
 
-from appliance.http.errors import error_body
 from appliance.http.event_loop import run_loop
+from appliance.http.gate import GatedParser, JsonErrorTask
 from appliance.http.polling import has_events
 
 log = logging.getLogger("appliance.http.connections")
 
 KiB = 1024
-HEADER_BYTES_MAX = 32 * KiB
 # After a refusal that closes the connection, what the client still sends is read and dropped
 # (never parsed) for this long, so its pending writes do not turn our answer into a reset.
 DRAIN_S = 2.0
@@ -82,72 +76,6 @@ class ConnectionPolicy:
             raise ValueError("header_deadline_s must be 0.1-120 seconds")
         if not 0 <= self.idle_under_pressure_s <= 120:
             raise ValueError("idle_under_pressure_s must be 0-120 seconds")
-
-
-class Unauthorized(Error):
-    code = 401
-    reason = "Unauthorized"
-
-
-class GatedParser(HTTPRequestParser):
-    """Waitress's request parser with the bearer checked the moment the headers are complete
-    (see the module doc); the 401 closes the connection (``JsonErrorTask``)."""
-
-    def __init__(self, adj: Any, gate: Any) -> None:
-        super().__init__(adj)
-        self._gate = gate
-
-    def received(self, data: bytes) -> int:
-        headers_were_finished = self.headers_finished
-        consumed = super().received(data)
-        if (
-            self._gate is None
-            or headers_were_finished
-            or not self.headers_finished
-            or self.empty
-            or (self.error is not None and self.error.code == 400)  # malformed: nothing to judge
-        ):
-            return consumed
-        authorization = self.headers.get("AUTHORIZATION")
-        if self._gate.role_for(authorization, self.command, self.path) is not None:
-            return consumed
-        self.error = Unauthorized("a valid bearer credential is required")
-        self.completed = True
-        self.expect_continue = False
-        self.body_rcv = None
-        self.connection_close = True
-        return len(data)
-
-
-class JsonErrorTask(ErrorTask):
-    """Waitress's protocol-level refusals in the appliance's JSON error shape."""
-
-    def execute(self) -> None:
-        error = self.request.error
-        server = self.channel.server
-        code_by_status = {
-            401: "unauthorized",
-            413: "body_too_large",
-            431: "headers_too_large",
-            501: "not_implemented",
-        }
-        code = code_by_status.get(error.code, "bad_request")
-        if error.code == 401:
-            message = error.body
-            self.response_headers.append(("WWW-Authenticate", "Bearer"))
-        elif error.code == 413:
-            message = f"request body exceeds {server.appliance_body_bytes_max} bytes"
-        elif error.code == 431:
-            message = f"request headers exceed {HEADER_BYTES_MAX} bytes"
-        else:
-            message = "malformed HTTP request"
-        body = error_body(code, message, extra=server.appliance_error_extra)
-        self.status = f"{error.code} {error.reason}"
-        self.response_headers.append(("Content-Type", "application/json"))
-        self.set_close_on_finish()
-        self.channel.drain_before_close = True
-        self.content_length = len(body)
-        self.write(body)
 
 
 class Channel(HTTPChannel):

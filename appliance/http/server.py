@@ -33,12 +33,8 @@ from waitress import wasyncore
 from waitress.adjustments import Adjustments
 from waitress.task import ThreadedTaskDispatcher
 
-from appliance.http.connections import (
-    HEADER_BYTES_MAX,
-    ConnectionPolicy,
-    ListenerCounts,
-    ListenerServer,
-)
+from appliance.http.connections import ConnectionPolicy, ListenerCounts, ListenerServer
+from appliance.http.gate import HEADER_BYTES_MAX
 
 log = logging.getLogger("appliance.http.server")
 
