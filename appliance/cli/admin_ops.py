@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,14 @@ def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
         default=token_env,
         metavar="NAME",
         help=f"environment variable holding the bearer (default {token_env})",
+    )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        default=None,
+        help="CA file (PEM) to verify https:// targets against (--addr https://127.0.0.1:PORT "
+        "for a management listener with management.tls; --worker-metrics https://... for a "
+        "worker with tls)",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON reply unchanged")
 
@@ -199,6 +208,11 @@ def _read_definition(source: str, stdin: Any) -> Any:
 
 
 def _base_url(addr: str) -> str:
+    """``host:port`` (plain HTTP) or ``https://host:port`` (TLS), loopback only."""
+    scheme = "http"
+    for prefix in ("https://", "http://"):
+        if addr.startswith(prefix):
+            scheme, addr = prefix[:-3], addr.removeprefix(prefix)
     try:
         parsed = parse_host_port(addr)
     except AddressError as exc:
@@ -207,7 +221,18 @@ def _base_url(addr: str) -> str:
         raise UsageError(
             f"--addr must be a loopback address (the listener is loopback-only), got {addr}"
         )
-    return f"http://{parsed}"
+    return f"{scheme}://{parsed}"
+
+
+def _tls_context(cacert: str | None) -> ssl.SSLContext | None:
+    if cacert is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--cacert {cacert}: cannot load it as a CA file ({exc})") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 def _token(name: str) -> str:
@@ -249,6 +274,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
+        context = _tls_context(getattr(args, "cacert", None))  # for https:// targets
         base = _base_url(args.addr)
         token = _token(args.token_env)
         method, path, body = build_request(args, stdin)
@@ -256,7 +282,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     except UsageError as exc:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
-    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS)
+    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS, ssl_context=context)
     try:
         status, reply = _call(client, base, token, method, path, body)
         health = None

@@ -50,7 +50,7 @@ from appliance.config.replication import (
     check_peers,
 )
 from appliance.config.rfc3339 import rfc3339_rule
-from appliance.config.tls import TLS_RULE, TlsConfig
+from appliance.config.tls import TLS_RULE, TlsConfig, boolean_rule
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
 from appliance.core.errors import InvalidConfig
@@ -109,6 +109,7 @@ class ManagementConfig:
     addr: HostPort
     bearer_env: str
     recovery_bearer_env: str | None = None
+    tls: bool = False  # serve it over TLS with this voter's `tls` certificate
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,19 @@ def _management_rule() -> Obj:
             "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
             "bearer_env": Field(ENV_NAME),
             "recovery_bearer_env": Field(ENV_NAME, required=False, default=None),
+            "tls": Field(Custom(boolean_rule), required=False, default=False),
         },
         build=ManagementConfig,
     )
+
+
+def _check_management_tls(values: Any, path: str, problems: Problems) -> None:
+    management = values["management"]
+    if management is not None and management.tls and values["tls"] is None:
+        problems.add(
+            join(join(path, "management"), "tls"),
+            "needs a tls section (the listener serves this voter's certificate)",
+        )
 
 
 def _check_raft(values: Any, path: str, problems: Problems) -> None:
@@ -284,6 +295,7 @@ RUNNER_RULE: Final = Obj(
     checks=(
         CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
         CrossCheck(("replication", "peers"), check_peers),
+        CrossCheck(("management", "tls"), _check_management_tls),
     ),
 )
 

@@ -29,7 +29,7 @@ class TlsConfig:
     client_cert_required: bool = False
 
 
-def _boolean(value: object, path: str, problems: Problems) -> object:
+def boolean_rule(value: object, path: str, problems: Problems) -> object:
     if isinstance(value, bool):
         return value
     return problems.add(path, f"must be true or false, got {show(value)}")
@@ -40,7 +40,7 @@ TLS_RULE: Final = Obj(
         "ca_file": Field(PATH, doc="PEM: the cluster CA every peer's certificate must chain to"),
         "cert_file": Field(PATH, doc="PEM: this node's certificate (and chain)"),
         "key_file": Field(PATH, doc="PEM: this node's private key (keep it 0600)"),
-        "client_cert_required": Field(Custom(_boolean), required=False, default=False),
+        "client_cert_required": Field(Custom(boolean_rule), required=False, default=False),
     },
     build=TlsConfig,
 )

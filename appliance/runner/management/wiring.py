@@ -22,7 +22,11 @@ from typing import Any, Protocol
 
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
-from appliance.http.tls import cluster_client_context, origin_client_context
+from appliance.http.tls import (
+    cluster_client_context,
+    origin_client_context,
+    plain_listener_context,
+)
 from appliance.metrics.runner import RunnerMetrics
 from appliance.metrics.voter import VoterObservability, WorkerProbe
 from appliance.metrics.voters import VoterProbe
@@ -101,6 +105,7 @@ class ManagementService:
             cfg.limits,
             options,
             observability=self.observability,
+            ssl_context=plain_listener_context(cfg.tls) if cfg.management.tls else None,
         )
 
     @property
