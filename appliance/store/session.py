@@ -97,8 +97,11 @@ def begin(conn: apsw.Connection, store_path: Path) -> int:
             f"{store_path} lost committed transactions: it records session {stored_number}, "
             f"but session {marker[1]} used it ({marker_path(store_path).name}); the file is "
             "older than its last use (its WAL lost, or an older copy put back). Do not start on "
-            "it: restore the data_dir from a backup taken while the process was stopped, or move "
-            "it aside and, for a voter, run `appliance admin store recover` (see docs/store.md)"
+            "it: restore the whole data_dir from a backup taken while the process was stopped, "
+            "or move it aside and, for a voter, run `appliance admin store recover`. Only if "
+            "this file is a backup you put back on purpose and nothing may have been committed "
+            f"after it (a single voter, say), delete {marker_path(store_path).name} to accept it "
+            "(see docs/store.md)"
         )
     number = max(stored_number, marker[1] if marker else 0) + 1
     with transaction(conn):
