@@ -292,3 +292,24 @@ def test_a_listener_requiring_client_certificates_admits_the_cluster_clients(pki
         )
         with plain_tls:
             assert _get(anonymous, plain_tls.port).status == 200
+
+
+def test_the_bearer_comes_before_the_body_over_tls_too(pki_dir):
+    """A wrong bearer with a declared 70,000-byte body that never comes: 401 within 100 ms."""
+    with _cluster_server(pki_dir["n1"]) as server:
+        context = client_context(pki_dir["n2"], check_hostname=False)
+        raw = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        with context.wrap_socket(raw) as sock:
+            sock.sendall(
+                b"POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer wrong\r\n"
+                b"Content-Length: 70000\r\n\r\n"
+            )
+            started = time.monotonic()
+            sock.settimeout(2)
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(4096)
+                assert chunk
+                data += chunk
+            assert time.monotonic() - started < 0.1
+            assert data.startswith(b"HTTP/1.1 401 ")
