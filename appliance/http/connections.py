@@ -130,6 +130,8 @@ class Channel(HTTPChannel):
             self.close_now()
             return
         self._handshaking = False
+        if self.socket.pending():  # request bytes that came with the handshake's last flight
+            self._tls_read()
 
     def _tls_read(self) -> None:
         chunks: list[bytes] = []
