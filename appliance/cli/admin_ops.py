@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -79,6 +80,14 @@ def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
         default=token_env,
         metavar="NAME",
         help=f"environment variable holding the bearer (default {token_env})",
+    )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        default=None,
+        help="CA file (PEM) to verify https:// targets against (--addr https://127.0.0.1:PORT "
+        "for a management listener with management.tls; --worker-metrics https://... for a "
+        "worker with tls)",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON reply unchanged")
 
@@ -245,6 +254,17 @@ def _read_definition(source: str, stdin: Any) -> Any:
     return value
 
 
+def _tls_context(cacert: str | None) -> ssl.SSLContext | None:
+    if cacert is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--cacert {cacert}: cannot load it as a CA file ({exc})") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def _token(name: str) -> str:
     value = os.environ.get(name)
     if not value:
@@ -256,6 +276,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
+        context = _tls_context(getattr(args, "cacert", None))  # for https:// targets
         bases = endpoints(args.addr)
         token = _token(args.token_env)
         method, path, body = build_request(args, stdin)
@@ -264,7 +285,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     except (UsageError, BadZone) as exc:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
-    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS)
+    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS, ssl_context=context)
     try:
         sent = send(client, bases, token, method, path, body)
         status, reply = sent.status, sent.reply

@@ -50,6 +50,7 @@ from appliance.config.replication import (
     check_peers,
 )
 from appliance.config.rfc3339 import rfc3339_rule
+from appliance.config.tls import TLS_RULE, TlsConfig, boolean_rule
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
 from appliance.core.errors import InvalidConfig
@@ -108,6 +109,7 @@ class ManagementConfig:
     addr: HostPort
     bearer_env: str
     recovery_bearer_env: str | None = None
+    tls: bool = False  # serve it over TLS with this voter's `tls` certificate
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class RunnerConfig:
     management: ManagementConfig | None = None
     raft: RaftTimings = field(default_factory=RaftTimings)
     replication: RaftBackend | EtcdBackend = RAFT
+    tls: TlsConfig | None = None  # per node, not sealed (appliance/config/tls.py)
 
     @property
     def own_addr(self) -> HostPort:
@@ -217,9 +220,19 @@ def _management_rule() -> Obj:
             "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
             "bearer_env": Field(ENV_NAME),
             "recovery_bearer_env": Field(ENV_NAME, required=False, default=None),
+            "tls": Field(Custom(boolean_rule), required=False, default=False),
         },
         build=ManagementConfig,
     )
+
+
+def _check_management_tls(values: Any, path: str, problems: Problems) -> None:
+    management = values["management"]
+    if management is not None and management.tls and values["tls"] is None:
+        problems.add(
+            join(join(path, "management"), "tls"),
+            "needs a tls section (the listener serves this voter's certificate)",
+        )
 
 
 def _check_raft(values: Any, path: str, problems: Problems) -> None:
@@ -276,11 +289,13 @@ RUNNER_RULE: Final = Obj(
         "management": Field(_management_rule(), required=False, default=None),
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
         "replication": Field(REPLICATION, required=False, default=RAFT),
+        "tls": Field(TLS_RULE, required=False, default=None),
     },
     build=RunnerConfig,
     checks=(
         CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
         CrossCheck(("replication", "peers"), check_peers),
+        CrossCheck(("management", "tls"), _check_management_tls),
     ),
 )
 

@@ -13,6 +13,7 @@ into the checkpoint.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -92,11 +93,15 @@ class RunnerReader:
 class WorkerProbe:
     """Is the runner's worker up and accepting the worker bearer? (one bounded GET)"""
 
-    def __init__(self, url: str, bearer: Secret | str) -> None:
+    def __init__(
+        self, url: str, bearer: Secret | str, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self._bearer = bearer
         self._client = HttpClient(
-            connect_timeout_ms=WORKER_PROBE_TIMEOUT_MS, read_timeout_ms=WORKER_PROBE_TIMEOUT_MS
+            connect_timeout_ms=WORKER_PROBE_TIMEOUT_MS,
+            read_timeout_ms=WORKER_PROBE_TIMEOUT_MS,
+            ssl_context=ssl_context,  # an https worker: the cluster CA (appliance.http.tls)
         )
 
     def close(self) -> None:

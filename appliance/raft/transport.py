@@ -39,6 +39,7 @@ minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limi
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -252,7 +253,10 @@ class HttpTransport:
         peer_queue_max: int = PEER_QUEUE_MAX,
         backoff_s: float = SEND_BACKOFF_S,
         clock: Clock = time.monotonic,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: mutual TLS to every peer (appliance.http.tls.client_context with
+        ``check_hostname=False``); each peer's certificate must name that peer."""
         if peer_queue_max < 1:
             raise ValueError("peer_queue_max must be >= 1")
         self._node_id = node_id
@@ -262,7 +266,9 @@ class HttpTransport:
         self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
         self._pipelines = {
-            peer: PeerPipeline(peer, _connection_to(addr), self, peer_queue_max, backoff_s)
+            peer: PeerPipeline(
+                peer, _connection_to(addr, peer, ssl_context), self, peer_queue_max, backoff_s
+            )
             for peer, addr in peers.items()
         }
 
@@ -379,7 +385,9 @@ def host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _connection_to(addr: str) -> PeerConnection:
+def _connection_to(
+    addr: str, peer: str, ssl_context: ssl.SSLContext | None = None
+) -> PeerConnection:
     host, port = host_port(addr)
     return PeerConnection(
         host,
@@ -387,6 +395,8 @@ def _connection_to(addr: str) -> PeerConnection:
         connect_timeout_ms=CONNECT_TIMEOUT_MS,
         read_timeout_ms=READ_TIMEOUT_MS,
         response_bytes_max=ANSWER_BYTES_MAX,
+        ssl_context=ssl_context,
+        peer_identity=peer if ssl_context is not None else None,
     )
 
 

@@ -17,6 +17,11 @@ from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
 from appliance.http import HttpServer
+from appliance.http.tls import (
+    cluster_client_context,
+    cluster_listener_context,
+    cluster_peer_check,
+)
 from appliance.raft.codec import BODY_BYTES_MAX
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
@@ -49,6 +54,7 @@ class RaftMember:
                 peers=peers,
                 digest=contract_digest,
                 cluster_token=credentials.cluster,
+                ssl_context=cluster_client_context(cfg.tls),
             )
         self.replication = RaftReplication(
             node_id=cfg.node_id,
@@ -94,6 +100,8 @@ class RaftMember:
             # Each peer may hold one worker while its request waits for our answer (one
             # driver cycle); four more serve status reads and one-way messages meanwhile.
             threads=4 + len(peers),
+            ssl_context=cluster_listener_context(cfg.tls),
+            peer_check=cluster_peer_check(voters) if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:

@@ -38,6 +38,7 @@ from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import Peer, RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.http import HttpServer
+from appliance.http.tls import listener_context, origin_client_context
 from appliance.logs import log_stream
 from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
@@ -134,7 +135,9 @@ class RunnerProcess:
             applied_index=self.machine.applied_index,
             on_fatal=self._on_fatal,
         )
-        self.worker = WorkerClient(cfg.remote.url.url, credentials.worker)
+        self.worker = WorkerClient(
+            cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
+        )
         # Event metrics (docs/operations.md): the loop's log and replication seams, wrapped.
         self.metrics = RunnerMetrics()
         self.runner = Runner(
@@ -159,6 +162,7 @@ class RunnerProcess:
             port=cfg.admission_addr.port,
             name=f"admission {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
+            ssl_context=listener_context(cfg.tls),
         )
         self.management: Any = None
         if cfg.management is not None:

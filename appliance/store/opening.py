@@ -5,6 +5,10 @@ contract, initial rows), closed (which checkpoints and removes its -wal), then r
 and the directory fsynced, so a crash during creation never leaves a half-sealed store under the
 real name. Later starts: ``migrations_guard`` inspects the file read-only and decides; only an
 accepted store is opened read-write (which is when SQLite may recover a -wal left by a crash).
+
+Every open also makes the data_dir 0700 and the store's files 0600 (appliance.store.permissions)
+and starts a numbered session that catches a store which lost committed transactions
+(appliance.store.session).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import apsw
 
 from appliance import __version__
 from appliance.core.canonical import canonical_digest, canonical_json
-from appliance.store import schema
+from appliance.store import permissions, schema, session
 from appliance.store.errors import StoreRefused
 from appliance.store.sqlite import DataDirLock, fsync_dir, open_writable, transaction
 from appliance.store.versions import (
@@ -28,7 +32,7 @@ from appliance.store.versions import (
 )
 from migrations_guard import decide, inspect_store
 
-SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+SIDE_SUFFIXES = permissions.SIDE_SUFFIXES
 
 
 def _side_files(path: Path) -> list[Path]:
@@ -48,12 +52,15 @@ def open_guarded(
     if canonical_digest(contract) != contract_digest:
         raise ValueError("contract_digest is not the SHA-256 of the contract's canonical JSON")
     data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=permissions.DIR_MODE, parents=True, exist_ok=True)
+    permissions.tighten(data_dir, data_dir / STORE_FILE_NAMES[kind])  # before LOCK is created
     lock = DataDirLock.acquire(data_dir, create=True)
     if lock is None:  # create=True always yields a lock; keep the type checker and reader honest
         raise StoreRefused(f"could not create the lock file in {data_dir}")
+    conn: apsw.Connection | None = None
     try:
         path = data_dir / STORE_FILE_NAMES[kind]
+        permissions.tighten(data_dir, path, extra=(lock.path,))
         for other_kind, name in STORE_FILE_NAMES.items():
             if other_kind != kind and (data_dir / name).exists():
                 raise StoreRefused(
@@ -80,8 +87,15 @@ def open_guarded(
             )
             if not decision.allowed:
                 raise StoreRefused(decision.message)
-        return open_writable(path, create=False), lock, created
+            session.check_before_open(path)
+        conn = open_writable(path, create=False)
+        permissions.tighten(data_dir, path, extra=(lock.path,))  # the -wal/-shm just made
+        number = session.begin(conn, path)
+        lock.on_release = lambda: session.end(path, number)
+        return conn, lock, created
     except BaseException:
+        if conn is not None:
+            conn.close()
         lock.release()
         raise
 
@@ -96,6 +110,7 @@ def _create(
     staging = path.with_name(path.name + ".creating")
     for leftover in [staging, *_side_files(staging)]:  # a creation that crashed; we hold the lock
         leftover.unlink(missing_ok=True)
+    permissions.create_private_file(staging)  # SQLite's -wal/-shm take its mode: all 0600
     conn = open_writable(staging, create=True)
     try:
         with transaction(conn):

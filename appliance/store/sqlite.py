@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -139,6 +139,9 @@ class DataDirLock:
     def __init__(self, fd: int, path: Path):
         self._fd: int | None = fd
         self.path = path
+        # Run once at release, before the flock is dropped: ends the open session
+        # (appliance.store.session), which every close path passes through.
+        self.on_release: Callable[[], None] | None = None
 
     @classmethod
     def acquire(cls, data_dir: Path, *, create: bool) -> DataDirLock | None:
@@ -166,6 +169,11 @@ class DataDirLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            on_release, self.on_release = self.on_release, None
+            try:
+                if on_release is not None:
+                    on_release()
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
