@@ -34,8 +34,11 @@ def test_500_seeds_of_three_voters_with_every_fault_have_no_violation() -> None:
     assert [f"seed {r.seed}: {r.violation}" for r in results if not r.ok] == []
     # The lost-store fault is among "every fault": it strikes, and the wiped voters catch up.
     losses = sum(r.disk_losses for r in results)
-    assert losses >= 150
+    assert losses >= 130
     assert sum(r.recoveries_completed for r in results) >= 0.9 * losses
+    # Compaction runs in every seed, and followers behind it catch up by snapshot.
+    assert sum(r.compactions > 0 for r in results) >= 450  # the rest apply under 20 entries
+    assert sum(r.snapshots_installed for r in results) >= 500
 
 
 def test_100_seeds_of_five_voters_with_every_fault_have_no_violation() -> None:
