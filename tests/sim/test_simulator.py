@@ -14,6 +14,8 @@ for the healed nodes (from the moment a wiped voter is back).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from appliance.raft import node as raft_node
@@ -146,8 +148,9 @@ def test_a_recovering_voter_that_votes_and_campaigns_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Mutation: ignore the recovering flag (no quiet start, votes, campaigns). The wiped voter
-    votes on its empty log and forgets its vote: seed 23 elects a leader missing a committed
-    entry, seed 13 elects two leaders in one term (docs/reliability.md).
+    votes on its empty log and forgets its vote: seed 8 elects a leader missing a committed
+    entry, seed 62 elects two leaders in one term (docs/reliability.md; seeds 23 and 13 before
+    the simulator compacted the log).
     """
     original = raft_node.RaftNode.__init__
 
@@ -157,10 +160,10 @@ def test_a_recovering_voter_that_votes_and_campaigns_is_caught(
         self._quiet_ticks_left = 0
 
     monkeypatch.setattr(raft_node.RaftNode, "__init__", ignore_recovering)
-    assert "leader completeness" in run_seed(23, ALL_FAULTS).violation
-    assert "election safety" in run_seed(13, ALL_FAULTS).violation
+    assert "leader completeness" in run_seed(8, ALL_FAULTS).violation
+    assert "election safety" in run_seed(62, ALL_FAULTS).violation
     monkeypatch.undo()
-    assert run_seed(23, ALL_FAULTS).ok and run_seed(13, ALL_FAULTS).ok  # the real core passes
+    assert run_seed(8, ALL_FAULTS).ok and run_seed(62, ALL_FAULTS).ok  # the real core passes
 
 
 def test_without_lost_stores_no_voter_is_ever_recovering() -> None:
@@ -215,7 +218,8 @@ def test_committing_an_older_terms_entry_by_counting_replicas_is_caught(
 ) -> None:
     """Figure 3.7 (the paper's figure 8). Rare at random: it needs a leader that dies after
     persisting but before sending (or, with the leader's early send, sending then dying before
-    its fsync); seed 11 (all faults, 3 voters) reaches it."""
+    its fsync); seed 11 (all faults, 3 voters, without compaction) reaches it. With compaction
+    on, 400 seeds did not (the extra randomness per seed moves every run)."""
     from appliance.raft import quorum
 
     def count_any_term(self):  # type: ignore[no-untyped-def]
@@ -224,6 +228,6 @@ def test_committing_an_older_terms_entry_by_counting_replicas_is_caught(
             self.log.commit_to(max(self.log.commit, quorum.committed_index(matches)))
 
     monkeypatch.setattr(raft_node.RaftNode, "_maybe_commit", count_any_term)
-    result = run_seed(11, ALL_FAULTS)
+    result = run_seed(11, dataclasses.replace(ALL_FAULTS, compaction=False))
     assert not result.ok
     assert "leader completeness" in result.violation or "safety" in result.violation
