@@ -31,6 +31,7 @@ from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import READER_VERSION_CANCELLING
 
 T = TypeVar("T")
+RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,8 @@ class Machine:
         on_fatal: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self._store = store
+        self._limits = limits
         self._writer = CheckpointWriter(store, on_fatal) if store is not None else None
         applied, parts = store.load_checkpoint() if store is not None else (0, {})
         self.applied_index = applied
@@ -119,6 +122,23 @@ class Machine:
         if needs is None or not needs(self.state):
             return None
         return READER_VERSION_CANCELLING
+
+    def restore(self, snapshot: Any, install: Callable[[], None]) -> None:
+        """Raft's snapshot hook (a follower behind the leader's compacted log): write what is
+        still queued for older indexes, let ``install`` replace the store's checkpoint and log
+        with the snapshot, then take the state from the new checkpoint."""
+        if self._writer is not None and not self._writer.flush(RESTORE_FLUSH_S):
+            raise RuntimeError("the checkpoint writer did not finish before a snapshot install")
+        install()
+        with self.lock:
+            if self._store is None:
+                raise RuntimeError("a snapshot install needs a store")
+            applied, parts = self._store.load_checkpoint()
+            if applied != snapshot.index:
+                raise RuntimeError(f"checkpoint at {applied} after installing {snapshot.index}")
+            self.state = state_from_parts(self._limits, parts)
+            self.applied_index = applied
+            self._checkpoint_complete = bool(parts)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the checkpoint holds every transition applied so far."""
