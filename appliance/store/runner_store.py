@@ -40,6 +40,8 @@ encoded by ``snapshot_format``.
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,7 +61,7 @@ from appliance.store.snapshot_format import (
     encode_parts,
     parse_snapshot_meta,
 )
-from appliance.store.sqlite import DataDirLock, transaction
+from appliance.store.sqlite import DataDirLock, fsync_dir, transaction
 from appliance.store.versions import (
     BINARY_READER_VERSION,
     KIND_RUNNER,
@@ -202,6 +204,45 @@ class RunnerStore(OpenedStore):
             conn.close()
             lock.release()
             raise
+
+    @classmethod
+    def place_restored(
+        cls, data_dir: str | Path, backup: Path, *, recovering_since: str | None
+    ) -> Path:
+        """Put a verified backup file in place as ``data_dir``'s store (``admin store
+        restore``): copied aside, marked recovering (when ``recovering_since`` is given) in one
+        commit, fsynced, then renamed into place. Refuses a data_dir holding any store files."""
+        data_dir = Path(data_dir)
+        leftovers = sorted(p.name for p in _store_files(data_dir))
+        if leftovers:
+            raise StoreRefused(
+                f"{data_dir} already holds {', '.join(leftovers)}: move it aside first "
+                f"(for example: mv {data_dir} {data_dir}.lost)"
+            )
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock.acquire(data_dir, create=True)
+        if lock is None:
+            raise StoreRefused(f"could not create the lock file in {data_dir}")
+        try:
+            target = data_dir / RUNNER_FILE_NAME
+            staging = data_dir / (RUNNER_FILE_NAME + ".restoring")
+            staging.unlink(missing_ok=True)
+            shutil.copyfile(backup, staging)
+            conn = apsw.Connection(str(staging))
+            try:
+                if recovering_since is not None:
+                    with transaction(conn) as db:
+                        schema.write_meta(db, META_RECOVERING_SINCE, recovering_since)
+                conn.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                conn.close()
+            with open(staging, "rb+") as handle:
+                os.fsync(handle.fileno())
+            staging.rename(target)
+            fsync_dir(data_dir)
+            return target
+        finally:
+            lock.release()
 
     # ----------------------------------------------------------------- Raft hard state and log
     def _read_hard_state(self) -> tuple[int, str | None]:
