@@ -15,7 +15,8 @@ sentence (for people):
   of the 4 MiB cap) — creation and observation will soon be refused;
 - ``unknown_occurrences``: Unknown records hold running reservations until the engine's outcome
   arrives or an operator acknowledges them (``acknowledge_stopped``), never by themselves;
-- ``worker_unreachable`` / ``worker_refuses_bearer``: dispatch cannot succeed.
+- ``worker_unreachable`` / ``worker_refuses_bearer``: dispatch cannot succeed;
+- ``compaction_behind``: the Raft log holds over twice what compaction keeps it to.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class HealthInputs:
     grant_seconds_left: float
     worker: WorkerView | None
     voters_total: int
+    compaction_behind: str | None = None  # issue 19: the log grows faster than it is compacted
 
 
 def _warning(code: str, message: str) -> dict[str, str]:
@@ -116,6 +118,8 @@ def warnings_for(h: HealthInputs) -> list[dict[str, str]]:
                 "establish that the work stopped, then acknowledge_stopped",
             )
         )
+    if h.compaction_behind:
+        out.append(_warning("compaction_behind", h.compaction_behind))
     if h.worker is not None and not h.worker.reachable:
         out.append(_warning("worker_unreachable", f"the worker at {h.worker.url} does not answer"))
     elif h.worker is not None and not h.worker.authorized:

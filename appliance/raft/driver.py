@@ -115,6 +115,7 @@ class NodeStatus:
     snapshot_term: int = 0
     compactions: int = 0  # since start
     snapshots_installed: int = 0  # since start
+    snapshot_at_s: float | None = None  # monotonic time of the last compaction or install
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +132,9 @@ class NodeStatus:
             "log_first_index": self.snapshot_index + 1 if self.snapshot_index else None,
             "compactions": self.compactions,
             "snapshots_installed": self.snapshots_installed,
+            "snapshot_age_s": (
+                None if self.snapshot_at_s is None else time.monotonic() - self.snapshot_at_s
+            ),
         }
 
 
@@ -168,6 +172,7 @@ class RaftDriver:
         self._restore = restore
         self.compactions = 0
         self.snapshots_installed = 0
+        self._snapshot_at_s: float | None = None
         reclaim = getattr(storage, "reclaim", None)
         self.reclaimer = (
             Reclaimer(storage, name=f"raft-reclaim-{node.id}")  # type: ignore[arg-type]
@@ -366,6 +371,7 @@ class RaftDriver:
         term = node.compact(target)
         storage.compact(target, term, node.config.voters)
         self.compactions += 1
+        self._snapshot_at_s = time.monotonic()
         if self.reclaimer is not None:
             self.reclaimer.poke()
         log.info(
@@ -483,6 +489,7 @@ class RaftDriver:
         else:
             self._restore(snapshot, install)
         self.snapshots_installed += 1
+        self._snapshot_at_s = time.monotonic()
         log.warning(
             "raft %s installed a snapshot from its leader at index %d (term %d, %d bytes): it "
             "was behind the leader's compacted log",
@@ -552,6 +559,7 @@ class RaftDriver:
             snapshot_term=node.log.snapshot_term,
             compactions=self.compactions,
             snapshots_installed=self.snapshots_installed,
+            snapshot_at_s=self._snapshot_at_s,
         )
 
     def _die(self, exc: BaseException) -> None:
