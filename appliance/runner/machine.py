@@ -6,8 +6,9 @@ whichever thread holds the Raft node's turn (one at a time). Apply is the core's
 checkpoint writer (appliance/runner/checkpoint_writer.py), which writes it durably off the Raft
 path, several transitions merged into one commit when they queue up. The checkpoint may lag the
 applied state by what is queued; a restart resumes from the checkpoint's applied index and
-re-applies the committed log entries after it (the log is never compacted), which ends in exactly
-the state that was acknowledged. A command the core refuses (a failed compare-and-set) changes
+re-applies the committed log entries after it (the log is compacted only up to the durable
+checkpoint), which ends in exactly the state that was acknowledged. A follower behind the leader's
+compacted log gets the leader's checkpoint as a snapshot instead (``restore``). A command the core refuses (a failed compare-and-set) changes
 nothing and is *reported*, not raised: a refusal is an ordinary, replicated result, identical on
 every voter, and raising would stop the Raft driver.
 

@@ -77,7 +77,8 @@ LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ... and at most this many payload bytes 
 META_RECOVERING_SINCE = "recovering_since"  # present only while a recovered voter catches up
 # New runner stores give deleted pages back to the file system (docs/store.md, "Compaction").
 RUNNER_CREATE_PRAGMAS = ("PRAGMA auto_vacuum=INCREMENTAL",)
-VACUUM_PAGES_MAX = 4096  # pages freed per reclaim chunk at most (16 MiB)
+VACUUM_STEP_PAGES = 256  # pages given back per reclaim step (1 MiB)
+VACUUM_FREE_PAGES_MIN = 256  # ... once at least this many, and over half the file, are free
 
 
 
@@ -725,14 +726,24 @@ class RunnerStore(OpenedStore):
             try:
                 with transaction(self._db) as db:
                     db.execute("DELETE FROM log WHERE idx >= ? AND idx <= ?", (low, high))
-                    if self._auto_vacuum_incremental():
-                        db.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES_MAX})").fetchall()
+                    vacuum = self._vacuum_due()
+                    if vacuum:
+                        db.execute(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})").fetchall()
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
-            return high < self._snap_index
+            return high < self._snap_index or vacuum
 
-    def _auto_vacuum_incremental(self) -> bool:
-        return bool(self._db.execute("PRAGMA auto_vacuum").fetchall()[0][0] == 2)
+    def _vacuum_due(self) -> bool:
+        """Give pages back to the file system only when most of the file is free (a large
+        one-off compaction): in the steady state the pages one compaction frees are reused by
+        the appends until the next, so the file stays at its size without moving pages (each
+        moved page is one more WAL frame written in front of the commits)."""
+        if self._db.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2:
+            return False  # a store created before issue 19: freed pages are reused, not returned
+        free = int(self._db.execute("PRAGMA freelist_count").fetchall()[0][0])
+        pages = int(self._db.execute("PRAGMA page_count").fetchall()[0][0])
+        return free >= VACUUM_FREE_PAGES_MIN and 2 * free > pages
+
 
     def install_snapshot(self, snapshot: Any) -> None:
         """Replace the checkpoint with a leader's snapshot and drop the whole log above it, in

@@ -62,13 +62,15 @@ def test_reclaim_deletes_in_chunks_and_a_new_store_shrinks(data_dir: Path) -> No
         chunks = 0
         while store.reclaim(256):
             chunks += 1
-        assert chunks == 1900 // 256  # 7 full chunks, then the last one says "done"
+        # 8 chunks of deletion, then incremental-vacuum steps while over half the file is free
+        assert chunks >= 1900 // 256
         assert not store.reclaim(256)
         store._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         after_bytes = db.stat().st_size
     assert raw_query(db, "SELECT min(idx), count(*) FROM log") == [(1901, 100)]
     assert raw_query(db, "PRAGMA auto_vacuum") == [(2,)]  # INCREMENTAL, for new stores
-    assert after_bytes < before_bytes * 0.2, (before_bytes, after_bytes)
+    # Down to the used pages plus at most 1 MiB (VACUUM_FREE_PAGES_MIN) or half the file free.
+    assert after_bytes < before_bytes * 0.3, (before_bytes, after_bytes)
 
 
 def test_compaction_is_refused_beyond_the_checkpoint_and_with_a_wrong_term(data_dir: Path) -> None:
