@@ -321,3 +321,32 @@ def test_snapshot_messages_round_trip_and_malformed_ones_are_refused() -> None:
         codec.decode(bytes(body[:-1]), DIGEST)  # truncated
     at_limit = dataclasses.replace(chunk, total_bytes=codec.SNAPSHOT_BYTES_MAX)
     assert codec.decode(codec.encode(at_limit, DIGEST), DIGEST) == at_limit
+
+
+def test_the_append_route_carries_snapshot_chunks_behind_the_cluster_bearer() -> None:
+    from falcon import testing
+
+    from appliance.config.credentials import Secret
+    from appliance.raft.transport import create_raft_app
+
+    delivered: list[object] = []
+    app = create_raft_app(
+        node_id="n2",
+        digest=DIGEST,
+        deliver=delivered.append,
+        status=lambda: {},
+        credentials={"cluster": Secret("cluster-token-0123456789")},
+    )
+    client = testing.TestClient(app)
+    data = b"z" * codec.BATCH_PAYLOAD_BYTES_MAX  # the largest chunk: 12 MiB, under the body cap
+    chunk = SnapshotChunk("n1", "n2", 3, 40, 2, VOTERS, len(data), snapshot_checksum(data), 0, data)
+    body = codec.encode(chunk, DIGEST)
+    refused = client.simulate_post("/raft/v1/append", body=body)
+    assert refused.status_code == 401 and delivered == []
+    headers = {"Authorization": "Bearer cluster-token-0123456789"}
+    accepted = client.simulate_post("/raft/v1/append", headers=headers, body=body)
+    assert accepted.status_code == 202 and delivered == [chunk]
+    answer = codec.encode(SnapshotResponse("n1", "n2", 3, 40, 7), DIGEST)
+    assert client.simulate_post("/raft/v1/append", headers=headers, body=answer).status_code == 202
+    wrong = client.simulate_post("/raft/v1/vote", headers=headers, body=answer)
+    assert wrong.status_code == 400  # snapshot messages travel on the append route only
