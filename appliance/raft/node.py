@@ -833,7 +833,8 @@ class RaftNode:
         self._send(
             AppendRequest(self.id, peer, self.term, prev_index, prev_term, (), self.log.commit)
         )
-        pr.commit_sent = max(pr.commit_sent, self.log.commit)
+        if prev_index >= self.log.commit:
+            pr.commit_sent = max(pr.commit_sent, self.log.commit)
 
     def _flush_appends(self) -> None:
         if self._append_pending and self.role is Role.LEADER:
@@ -883,8 +884,13 @@ class RaftNode:
                 self.id, peer, self.term, prev_index, prev_term, tuple(entries), self.log.commit
             )
         )
-        pr.on_sent(entries[-1].index if entries else prev_index)
-        pr.commit_sent = max(pr.commit_sent, self.log.commit)
+        last_sent = entries[-1].index if entries else prev_index
+        pr.on_sent(last_sent)
+        if last_sent >= self.log.commit:
+            # Only an append that reaches the commit index can end a recovering follower's
+            # catch-up (it must hold the leader's log up to it); one that stops short, e.g. a
+            # resent older batch, does not count as having told it the commit index.
+            pr.commit_sent = max(pr.commit_sent, self.log.commit)
         return pr.state is ProgressState.REPLICATE
 
     def _leader_snapshot(self) -> Snapshot:

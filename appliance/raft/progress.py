@@ -38,7 +38,7 @@ class Progress:
         self.recent_active = False  # heard from in the current check-quorum window
         self.read_seq_acked = 0
         self.match_at_last_heartbeat = -1
-        self.commit_sent = 0  # highest commit index an append to this follower carried
+        self.commit_sent = 0  # highest commit index an append reaching it carried to this follower
         self.snapshot: Snapshot | None = None  # SNAPSHOT: the image being sent
         self.snapshot_offset = 0  # bytes of it the follower holds
         self.snapshot_sent = False  # a chunk is in flight

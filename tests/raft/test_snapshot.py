@@ -31,8 +31,9 @@ DIGEST = "d" * 64
 class Cluster:
     """Three nodes over MemoryLogStorage; the application state is the list of applied data."""
 
-    def __init__(self, chunk_bytes: int = 7) -> None:
+    def __init__(self, chunk_bytes: int = 7, batch_entries_max: int = 32) -> None:
         self.chunk_bytes = chunk_bytes
+        self.batch_entries_max = batch_entries_max
         self.storage = {n: MemoryLogStorage() for n in VOTERS}
         self.applied: dict[str, list[bytes]] = {n: [] for n in VOTERS}
         self.nodes: dict[str, RaftNode | None] = {}
@@ -46,7 +47,12 @@ class Cluster:
         index, data = storage.checkpoint()
         self.applied[node_id] = data.split(b"|") if data else []
         node = RaftNode(
-            RaftConfig(node_id, VOTERS, snapshot_chunk_bytes=self.chunk_bytes),
+            RaftConfig(
+                node_id,
+                VOTERS,
+                snapshot_chunk_bytes=self.chunk_bytes,
+                batch_entries_max=self.batch_entries_max,
+            ),
             storage,
             random.Random(node_id),
             applied_index=index,
@@ -350,3 +356,23 @@ def test_the_append_route_carries_snapshot_chunks_behind_the_cluster_bearer() ->
     assert client.simulate_post("/raft/v1/append", headers=headers, body=answer).status_code == 202
     wrong = client.simulate_post("/raft/v1/vote", headers=headers, body=answer)
     assert wrong.status_code == 400  # snapshot messages travel on the append route only
+
+
+def test_an_append_that_stops_short_of_the_commit_index_does_not_count_as_telling_it() -> None:
+    """Seed 102703 (all faults, compaction): a resent older batch carried the commit index but
+    ended below it, the leader took the commit as told, and a recovering follower never got the
+    append that ends its catch-up."""
+    c = Cluster(batch_entries_max=1)
+    c.elect()
+    c.propose(3)
+    leader = c.node("n1")
+    progress = leader._progress["n3"]
+    progress.commit_sent = 0
+    progress.match = 1
+    progress.become_probe()  # as after a rejection: resend from index 2, one entry per batch
+    leader._send_one_append("n3")
+    assert progress.commit_sent == 0  # entry 2 only: short of the commit index 4
+    progress.match, progress.next = 3, 4
+    progress.probe_sent = False
+    leader._send_one_append("n3")
+    assert progress.commit_sent == leader.commit_index == 4
