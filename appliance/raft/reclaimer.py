@@ -15,8 +15,8 @@ from typing import Protocol
 
 log = logging.getLogger(__name__)
 
-RECLAIM_ROWS_MAX = 128  # rows per transaction: well under a millisecond of store time here
-RECLAIM_PAUSE_S = 0.005  # between chunks: commits waiting for the store's lock go first
+RECLAIM_ROWS_MAX = 64  # rows per transaction: well under a millisecond of store time here
+RECLAIM_PAUSE_S = 0.02  # between chunks: commits waiting for the store's lock go first
 
 
 class Reclaimable(Protocol):
