@@ -63,6 +63,8 @@ class HealthInputs:
     worker: WorkerView | None
     voters_total: int
     compaction_behind: str | None = None  # issue 19: the log grows faster than it is compacted
+    store_bytes: int | None = None  # the runner store on disk (database, -wal, -shm)
+    log_entries: int | None = None
 
 
 def _warning(code: str, message: str) -> dict[str, str]:
@@ -160,6 +162,14 @@ def health_document(h: HealthInputs) -> dict[str, Any]:
             "outstanding": h.figures.outstanding,
             "running": h.figures.running,
             "by_state": h.figures.by_state,
+        },
+        "log": {
+            "store_bytes": h.store_bytes,
+            "entries": h.log_entries,
+            "first_index": h.raft.get("log_first_index"),
+            "last_index": h.raft.get("last_log_index"),
+            "snapshot_index": h.raft.get("snapshot_index"),
+            "snapshot_age_s": h.raft.get("snapshot_age_s"),
         },
         "unknown_occurrences": h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX],
         "worker": None if h.worker is None else h.worker.to_json(),

@@ -191,6 +191,8 @@ class VoterObservability:
             worker=None if self._worker_probe is None else self._worker_probe.view(),
             voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),
             compaction_behind=compaction_behind(reader.log_entries(), cfg),
+            store_bytes=reader.store_bytes(),
+            log_entries=reader.log_entries(),
         )
         return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
 

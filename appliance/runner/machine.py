@@ -8,9 +8,10 @@ path, several transitions merged into one commit when they queue up. The checkpo
 applied state by what is queued; a restart resumes from the checkpoint's applied index and
 re-applies the committed log entries after it (the log is compacted only up to the durable
 checkpoint), which ends in exactly the state that was acknowledged. A follower behind the leader's
-compacted log gets the leader's checkpoint as a snapshot instead (``restore``). A command the core refuses (a failed compare-and-set) changes
-nothing and is *reported*, not raised: a refusal is an ordinary, replicated result, identical on
-every voter, and raising would stop the Raft driver.
+compacted log gets the leader's checkpoint as a snapshot instead (``restore``). A command the
+core refuses (a failed compare-and-set) changes nothing and is *reported*, not raised: a refusal
+is an ordinary, replicated result, identical on every voter, and raising would stop the Raft
+driver.
 
 Every read of the state from another thread (the loop, the admission route, ``list``) happens under
 :attr:`Machine.lock`, which apply holds while it mutates; nobody holds it while waiting for Raft.
