@@ -112,13 +112,23 @@ class ManagementConfig:
     tls: bool = False  # serve it over TLS with this voter's `tls` certificate
 
 
+# Log compaction defaults (docs/raft.md, "Snapshots and log compaction"): etcd's 10,000 applied
+# entries per snapshot and 5,000 kept for slow followers; a byte trigger for large entries.
+SNAPSHOT_ENTRIES_DEFAULT: Final = 10_000
+TRAILING_ENTRIES_DEFAULT: Final = 5_000
+SNAPSHOT_BYTES_DEFAULT: Final = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class RaftTimings:
-    """Extension: per-node Raft timer settings (not sealed; voters may differ)."""
+    """Extension: per-node Raft timer and compaction settings (not sealed; voters may differ)."""
 
     heartbeat_ms: int = 100
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
+    snapshot_entries: int = SNAPSHOT_ENTRIES_DEFAULT
+    trailing_entries: int = TRAILING_ENTRIES_DEFAULT
+    snapshot_bytes: int = SNAPSHOT_BYTES_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -250,6 +260,15 @@ RAFT_RULE: Final = Obj(
         "heartbeat_ms": Field(Integer(10, 5_000), required=False, default=100),
         "election_timeout_min_ms": Field(Integer(50, 60_000), required=False, default=1000),
         "election_timeout_max_ms": Field(Integer(50, 60_000), required=False, default=2000),
+        "snapshot_entries": Field(
+            Integer(1, 10_000_000), required=False, default=SNAPSHOT_ENTRIES_DEFAULT
+        ),
+        "trailing_entries": Field(
+            Integer(0, 10_000_000), required=False, default=TRAILING_ENTRIES_DEFAULT
+        ),
+        "snapshot_bytes": Field(
+            Integer(1024 * 1024, 1024**4), required=False, default=SNAPSHOT_BYTES_DEFAULT
+        ),
     },
     build=RaftTimings,
     checks=(

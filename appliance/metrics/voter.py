@@ -52,6 +52,22 @@ class Reply:
     body: dict[str, Any]
 
 
+def compaction_behind(log_entries: int | None, cfg: Any) -> str | None:
+    """Growth outpaces compaction: the log holds over twice what the policy lets it reach
+    (``snapshot_entries + trailing_entries`` plus the checkpoint's lag)."""
+    raft = getattr(cfg, "raft", None)
+    if log_entries is None or raft is None or not hasattr(raft, "snapshot_entries"):
+        return None
+    bound = 2 * (raft.snapshot_entries + raft.trailing_entries)
+    if log_entries <= bound:
+        return None
+    return (
+        f"the Raft log holds {log_entries} entries, over twice the {bound // 2} that "
+        "compaction keeps it to: the checkpoint is not keeping up (see the checkpoint writer) "
+        "or compaction is failing (see the voter's log)"
+    )
+
+
 def _error(status: int, code: str, message: str) -> Reply:
     return Reply(
         status, {"ok": False, "status": status, "error": {"code": code, "message": message}}
@@ -83,6 +99,16 @@ class RunnerReader:
             return None
         first, last = self._store.first_index(), self._store.last_index()
         return 0 if first == 0 else last - first + 1
+
+    def store_bytes(self) -> int | None:
+        path = getattr(self._store, "path", None)
+        if path is None:
+            return None
+        return sum(
+            f.stat().st_size
+            for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+            if f.exists()
+        )
 
     def voters(self) -> list[VoterView]:
         if self._probe is None:
@@ -176,6 +202,9 @@ class VoterObservability:
             grant_seconds_left=reader.grant_seconds_left(),
             worker=None if self._worker_probe is None else self._worker_probe.view(),
             voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),
+            compaction_behind=compaction_behind(reader.log_entries(), cfg),
+            store_bytes=reader.store_bytes(),
+            log_entries=reader.log_entries(),
         )
         return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
 

@@ -11,7 +11,8 @@ and any later answer travels as a ``POST`` of its own. Either way the HTTP statu
 like any other. Carrying answers back this way halves the HTTP exchanges per replicated entry.
 Routes (SPEC §5, issue 4):
 
-    POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse
+    POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse,
+                           SnapshotChunk, SnapshotResponse
     POST /raft/v1/vote     VoteRequest, VoteResponse (pre-vote and vote)
     GET  /raft/v1/status   JSON: node_id, role, term, leader_id, commit_index, applied_index,
                            last_log_index
@@ -58,6 +59,8 @@ from appliance.raft.messages import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    SnapshotChunk,
+    SnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -76,9 +79,17 @@ log = logging.getLogger(__name__)
 APPEND_PATH = "/raft/v1/append"
 VOTE_PATH = "/raft/v1/vote"
 STATUS_PATH = "/raft/v1/status"
-APPEND_KINDS = (AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse)
+APPEND_KINDS = (
+    AppendRequest,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    SnapshotChunk,
+    SnapshotResponse,
+)
 VOTE_KINDS = (VoteRequest, VoteResponse)
-QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat)  # answered by one of ANSWER_KINDS
+# answered by one of ANSWER_KINDS
+QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat, SnapshotChunk)
 # How long a request waits for its answer (normally one follower fsync); below the client's
 # 2 s read timeout, so a slow disk costs a one-way answer later, never a failed send.
 REPLY_WAIT_S = 1.0

@@ -23,6 +23,8 @@ from appliance.http.tls import (
     cluster_peer_check,
 )
 from appliance.raft.codec import BODY_BYTES_MAX
+from appliance.raft.compaction import CompactionPolicy
+from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, create_raft_app, host_port
@@ -42,6 +44,7 @@ class RaftMember:
         contract_digest: str,
         applied_index: int = 0,
         on_fatal: Callable[[BaseException], None] | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         voters = cfg.voters
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
@@ -69,6 +72,12 @@ class RaftMember:
             rng=random.Random(),
             on_fatal=on_fatal,
             peer_gone=self.probe.gone if self.probe is not None else None,
+            compaction=CompactionPolicy(
+                snapshot_entries=cfg.raft.snapshot_entries,
+                trailing_entries=cfg.raft.trailing_entries,
+                snapshot_bytes=cfg.raft.snapshot_bytes,
+            ),
+            restore=restore,
         )
         known = {
             "cluster": credentials.cluster,

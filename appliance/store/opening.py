@@ -47,8 +47,12 @@ def open_guarded(
     contract_digest: str,
     ddl: tuple[str, ...],
     seed: Callable[[apsw.Connection], None],
+    create_pragmas: tuple[str, ...] = (),
 ) -> tuple[apsw.Connection, DataDirLock, bool]:
-    """(read-write connection, held lock, created-now) for the ``kind`` store in ``data_dir``."""
+    """(read-write connection, held lock, created-now) for the ``kind`` store in ``data_dir``.
+
+    ``create_pragmas`` run first on a store being created (e.g. ``auto_vacuum``), never on an
+    existing one: there is no automatic migration."""
     if canonical_digest(contract) != contract_digest:
         raise ValueError("contract_digest is not the SHA-256 of the contract's canonical JSON")
     data_dir = Path(data_dir)
@@ -75,7 +79,7 @@ def open_guarded(
                     f"{data_dir} has {', '.join(p.name for p in strays)} but no {path.name}: the "
                     "store file is missing; restore it from a backup or move the data_dir aside"
                 )
-            _create(path, kind, contract, ddl, seed)
+            _create(path, kind, contract, ddl, seed, create_pragmas)
         else:
             facts = inspect_store(path)
             decision = decide(
@@ -106,12 +110,13 @@ def _create(
     contract: dict[str, Any],
     ddl: tuple[str, ...],
     seed: Callable[[apsw.Connection], None],
+    create_pragmas: tuple[str, ...] = (),
 ) -> None:
     staging = path.with_name(path.name + ".creating")
     for leftover in [staging, *_side_files(staging)]:  # a creation that crashed; we hold the lock
         leftover.unlink(missing_ok=True)
     permissions.create_private_file(staging)  # SQLite's -wal/-shm take its mode: all 0600
-    conn = open_writable(staging, create=True)
+    conn = open_writable(staging, create=True, first_pragmas=create_pragmas)
     try:
         with transaction(conn):
             for statement in (*schema.FROZEN_DDL, *ddl):

@@ -7,6 +7,13 @@ data: every store records the minimum reader version needed to read it, and a bi
 ``READER_VERSION_CANCELLING`` while the checkpoint holds an unresolved ``Cancelling`` occurrence,
 because older binaries cannot read the cancellation states (seeds/001, "Operator commands and
 states"); a rollback to such a binary is then refused instead of misreading the checkpoint.
+
+``READER_VERSION_COMPACTED`` (3): the log has been compacted at least once (its first entry is
+above 1, entries below it live only in the snapshot, described by the ``snapshot`` meta row). A
+binary of reader version 2 or less would read such a log as complete — it would replay from a
+checkpoint it believes the log still covers, and a leader would look for entries that are gone —
+so the first compaction (or snapshot install) raises the store's minimum to 3, in the same
+commit, and it never goes back down (docs/store.md, "Compaction and the reader version").
 """
 
 from __future__ import annotations
@@ -32,5 +39,6 @@ KNOWN_SCHEMA_VERSIONS = {
 # Cancelled and the acknowledgement of an unresolved Cancelling.
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
-BINARY_READER_VERSION = READER_VERSION_CANCELLING
+READER_VERSION_COMPACTED = 3
+BINARY_READER_VERSION = READER_VERSION_COMPACTED
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}
