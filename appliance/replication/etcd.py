@@ -42,6 +42,7 @@ comes from the runner's committed AcquireOwnership command in this log.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import secrets
@@ -52,7 +53,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.raft.errors import ProposalRefused
 from appliance.replication.base import (
@@ -72,7 +73,20 @@ from appliance.replication.etcd_gateway import (
     put_op,
     range_op,
 )
+from appliance.replication.etcd_snapshot import (
+    CHUNK_BYTES,
+    EtcdSnapshot,
+    SnapshotInvalid,
+    SnapshotKeys,
+    SnapshotMeta,
+    SnapshotMoved,
+    compact_history,
+    read_meta,
+    read_snapshot,
+    write_snapshot,
+)
 from appliance.replication.etcd_watch import WatchBroken, WatchStream
+from appliance.store.snapshot_format import encode_parts
 
 log = logging.getLogger("appliance.replication.etcd")
 
@@ -89,6 +103,23 @@ class EtcdFatal(RuntimeError):
     """The log in etcd breaks an invariant (a gap, a malformed key): stop, do not limp on."""
 
 
+class _Behind(Exception):
+    """The next log key is gone: the log was compacted past the applied index."""
+
+
+class SnapshotStore(Protocol):
+    """What the etcd backend needs of the runner store (``RunnerStore`` has all three)."""
+
+    def applied_index(self) -> int: ...
+
+    def load_checkpoint(self) -> tuple[int, dict[str, bytes]]: ...
+
+    def install_snapshot(self, snapshot: Any) -> None: ...
+
+
+RestoreHook = Callable[[EtcdSnapshot, Callable[[], None]], None]
+
+
 @dataclass(frozen=True)
 class EtcdSettings:
     endpoints: tuple[str, ...]
@@ -98,6 +129,11 @@ class EtcdSettings:
     request_timeout_ms: int = 2_000
     observe_interval_ms: int = 200  # how often a non-leader looks at the leader key
     watch_idle_timeout_s: float = 5.0
+    # Compaction (docs/etcd.md, "Snapshots and compaction"); snapshot_entries 0 turns it off.
+    snapshot_entries: int = 0
+    trailing_entries: int = 5_000
+    compaction_check_interval_s: float = 1.0
+    contract_digest: str = ""
 
 
 @dataclass
@@ -129,6 +165,8 @@ class EtcdReplication:
         on_fatal: Callable[[BaseException], None] | None = None,
         gateway: EtcdGateway | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        store: SnapshotStore | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         self.node_id = node_id
         self.settings = settings
@@ -156,11 +194,22 @@ class EtcdReplication:
         self._ids = itertools.count(1)
         self._incarnation = secrets.token_hex(6)  # proposal ids never repeat across restarts
         self._watch: WatchStream | None = None
+        self._store = store
+        self._restore = restore
+        self._snap_keys = SnapshotKeys(prefix)
+        self._snapshot: SnapshotMeta | None = None  # the last one read or written
+        self._snapshots_written = 0
+        self._snapshots_installed = 0
+        self._compact_revision = 0
         self._threads = [
             threading.Thread(target=self._guard(self._follow), name=f"etcd-follow-{node_id}"),
             threading.Thread(target=self._guard(self._campaign), name=f"etcd-elect-{node_id}"),
             threading.Thread(target=self._guard(self._append), name=f"etcd-append-{node_id}"),
         ]
+        if store is not None and settings.snapshot_entries > 0:
+            self._threads.append(
+                threading.Thread(target=self._guard(self._compact), name=f"etcd-compact-{node_id}")
+            )
         for thread in self._threads:
             thread.daemon = True
 
@@ -289,6 +338,11 @@ class EtcdReplication:
                 "prefix": self.settings.prefix,
                 "lease_ttl_seconds": self.settings.lease_ttl_seconds,
                 "endpoint": self.gateway.endpoint(),
+                "snapshot_index": self._snapshot.index if self._snapshot else 0,
+                "first_log_index": self._snapshot.first_index if self._snapshot else 1,
+                "snapshots_written": self._snapshots_written,
+                "snapshots_installed": self._snapshots_installed,
+                "compact_revision": self._compact_revision,
             }
 
     # ---- leadership ----------------------------------------------------------------------------
@@ -536,15 +590,130 @@ class EtcdReplication:
                     self._stopped.wait(RETRY_PAUSE_S)
 
     def _catch_up(self) -> int:
-        """Apply every entry after the applied index by range; the revision read at."""
+        """Apply every entry after the applied index by range (installing the snapshot first
+        when the log was compacted past the applied index); the revision read at."""
+        self._install_if_behind()
         end = prefix_end(self._log_prefix)
         while True:
             start = index_key(self._prefix, self._applied_index + 1)
             revision, kvs = self.gateway.range(start, end, limit=CATCH_UP_PAGE_ENTRIES)
-            for kv in kvs:
-                self._deliver(kv)
+            try:
+                for kv in kvs:
+                    self._deliver(kv, behind_ok=True)
+            except _Behind:
+                # Compacted between the metadata read and this range: install, then go on.
+                if not self._install_if_behind():
+                    first = self._index_of(kvs[0].key)
+                    raise EtcdFatal(
+                        f"log gap in etcd: found {first} after {self._applied_index} "
+                        "and no snapshot covers it"
+                    ) from None
+                continue
             if len(kvs) < CATCH_UP_PAGE_ENTRIES:
                 return revision
+
+    def _install_if_behind(self) -> bool:
+        """Install etcd's snapshot when the applied index + 1 is below the first kept log key.
+        True when one was installed."""
+        while True:
+            try:
+                meta, _ = read_meta(self.gateway, self._snap_keys)
+            except SnapshotInvalid as exc:
+                raise EtcdFatal(f"{self.settings.prefix}: {exc}") from None
+            self._snapshot = meta
+            if meta is None or self._applied_index + 1 >= meta.first_index:
+                return False
+            if meta.contract_digest != self.settings.contract_digest:
+                raise EtcdFatal(
+                    f"the snapshot at {meta.index} was written under contract digest "
+                    f"{meta.contract_digest!r}, this runner has {self.settings.contract_digest!r}"
+                )
+            if self._store is None:
+                raise EtcdFatal(
+                    f"the log is compacted to {meta.first_index} past the applied index "
+                    f"{self._applied_index} and there is no store to install the snapshot into"
+                )
+            try:
+                snapshot = read_snapshot(self.gateway, self._snap_keys, meta)
+            except SnapshotMoved as exc:
+                log.info("snapshot replaced while reading it (%s): reading the new one", exc)
+                continue
+            self._install(snapshot)
+            return True
+
+    def _install(self, snapshot: EtcdSnapshot) -> None:
+        store = self._store
+        assert store is not None
+        log.warning(
+            "%s is behind etcd's compacted log (applied %d): installing the snapshot at %d",
+            self.node_id,
+            self._applied_index,
+            snapshot.index,
+        )
+        if self._restore is not None:
+            self._restore(snapshot, lambda: store.install_snapshot(snapshot))
+        else:
+            store.install_snapshot(snapshot)
+        with self._cond:
+            self._applied_index = snapshot.index
+            self._last_index_seen = max(self._last_index_seen, snapshot.index)
+            self._snapshots_installed += 1
+            self._cond.notify_all()
+
+    # ---- compaction (only the leader writes snapshots) ----------------------------------------
+
+    def _compact(self) -> None:
+        while not self._stopped.wait(self.settings.compaction_check_interval_s):
+            tenure = self._tenure
+            if tenure is None or not self.is_leader():
+                continue
+            try:
+                self.compact_once(tenure)
+            except (EtcdError, SnapshotInvalid) as exc:
+                log.info("etcd compaction skipped this round: %s", exc)
+
+    def compact_once(self, tenure: _Tenure) -> bool:
+        """Write a snapshot of the durable checkpoint and delete the log below it when due;
+        True when one was written. Public for tests."""
+        store = self._store
+        assert store is not None
+        trailing = max(self.settings.trailing_entries, 1)  # keep the snapshot's own key
+        durable = store.applied_index()
+        current, meta_revision = read_meta(self.gateway, self._snap_keys)
+        self._snapshot = current
+        kept_from = current.first_index if current else 1
+        first_index = durable - trailing + 1
+        if first_index - kept_from < self.settings.snapshot_entries:
+            return False
+        applied, parts = store.load_checkpoint()
+        first_index = applied - trailing + 1
+        data = encode_parts(parts)
+        meta = SnapshotMeta(
+            index=applied,
+            term=tenure.create_revision,
+            first_index=first_index,
+            contract_digest=self.settings.contract_digest,
+            size_bytes=len(data),
+            chunks=-(-len(data) // CHUNK_BYTES),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        revision = write_snapshot(
+            self.gateway,
+            self._snap_keys,
+            leader_key=self._leader_key,
+            tenure_revision=tenure.create_revision,
+            meta_revision=meta_revision,
+            meta=meta,
+            data=data,
+        )
+        if revision is None:
+            return False
+        self._snapshot = meta
+        self._snapshots_written += 1
+        log.info("snapshot at %d written; log keys below %d deleted", applied, first_index)
+        compact_history(self.gateway, revision)
+        self._compact_revision = revision
+        return True
 
     def _watch_from(self, revision: int) -> None:
         stream = WatchStream(
@@ -566,11 +735,12 @@ class EtcdReplication:
                 if index != self._applied_index + 1:
                     raise WatchBroken(f"gap: event for {index} after {self._applied_index}")
                 self._deliver(kv)
-            if batch.deletes:
-                log.warning("log keys were deleted under %s", self.settings.prefix)
+            # Deletes are the owner's compaction: only keys a snapshot covers, nothing to do.
 
-    def _deliver(self, kv: KeyValue) -> None:
+    def _deliver(self, kv: KeyValue, *, behind_ok: bool = False) -> None:
         index = self._index_of(kv.key)
+        if index > self._applied_index + 1 and behind_ok:
+            raise _Behind
         if index != self._applied_index + 1:
             raise EtcdFatal(f"log gap in etcd: found {index} after {self._applied_index}")
         proposal_id, newline, command = kv.value.partition(b"\n")

@@ -5,7 +5,8 @@ surface, so the runner process chooses with one line::
     member_cls = EtcdMember if isinstance(cfg.replication, EtcdBackend) else RaftMember
 
 There is no cluster listener and no peer transport: the runners talk only to etcd. The store
-keeps the checkpoint (SPEC §4); its Raft log tables stay empty because the log lives in etcd.
+keeps the checkpoint (SPEC §4); its Raft log tables stay empty because the log lives in etcd. A
+runner behind etcd's compacted log installs etcd's snapshot through the machine's ``restore``.
 """
 
 from __future__ import annotations
@@ -30,10 +31,18 @@ class EtcdMember:
         contract_digest: str,
         applied_index: int = 0,
         on_fatal: Callable[[BaseException], None] | None = None,
+        restore: Callable[[Any, Callable[[], None]], None] | None = None,
     ) -> None:
-        del contract_digest  # the sealed contract already names the etcd prefix and endpoints
+        # The digest travels in every snapshot's metadata: a runner refuses another contract's.
         self.replication: EtcdReplication = build_etcd_replication(
-            cfg, credentials, storage, apply, applied_index, on_fatal=on_fatal
+            cfg,
+            credentials,
+            storage,
+            apply,
+            applied_index,
+            on_fatal=on_fatal,
+            restore=restore,
+            contract_digest=contract_digest,
         )
         # Runner instances on etcd have no cluster listener to report on: the gate sees only this
         # binary (docs/raft.md, "Version gate"); one that meets an unknown kind still stops.

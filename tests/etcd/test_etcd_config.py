@@ -18,6 +18,7 @@ from appliance.config.replication import (
     check_peers,
     contract_entry,
 )
+from appliance.config.runner import RaftTimings
 from appliance.core.schema import CrossCheck, Field, ListOf, Obj, Text, validate
 from appliance.replication.etcd import EtcdReplication
 from appliance.replication.etcd_config import build_etcd_replication, etcd_auth
@@ -118,10 +119,13 @@ def test_auth_comes_from_the_named_environment_variable() -> None:
 
 
 def test_the_factory_builds_an_etcd_replication_from_a_runner_config() -> None:
-    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0])
+    raft = RaftTimings(snapshot_entries=123, trailing_entries=45)
+    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0], raft=raft)
     built = build_etcd_replication(cfg, None, None, lambda i, c: None, 7, environ={})
     assert isinstance(built, EtcdReplication)
     assert built.status()["applied_index"] == 7
+    # The raft object's compaction triggers drive the etcd compaction too (docs/etcd.md).
+    assert (built.settings.snapshot_entries, built.settings.trailing_entries) == (123, 45)
     built.gateway.close()
     with pytest.raises(ValueError):
         build_etcd_replication(
@@ -132,7 +136,8 @@ def test_the_factory_builds_an_etcd_replication_from_a_runner_config() -> None:
 def test_the_member_is_a_drop_in_for_the_raft_member() -> None:
     from appliance.replication.etcd_member import EtcdMember
 
-    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0])
+    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0], raft=RaftTimings())
     member = EtcdMember(cfg, None, None, lambda i, c: None, contract_digest="d", applied_index=3)
     assert member.replication.status()["applied_index"] == 3
+    assert member.replication.settings.contract_digest == "d"  # stamped on every snapshot
     member.replication.gateway.close()
