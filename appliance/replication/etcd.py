@@ -679,11 +679,16 @@ class EtcdReplication:
         assert store is not None
         trailing = max(self.settings.trailing_entries, 1)  # keep the snapshot's own key
         durable = store.applied_index()
+
+        def due(known: SnapshotMeta | None) -> bool:
+            kept_from = known.first_index if known else 1
+            return durable - trailing + 1 - kept_from >= self.settings.snapshot_entries
+
+        if not due(self._snapshot):  # the cached point: no etcd request while nothing is due
+            return False
         current, meta_revision = read_meta(self.gateway, self._snap_keys)
         self._snapshot = current
-        kept_from = current.first_index if current else 1
-        first_index = durable - trailing + 1
-        if first_index - kept_from < self.settings.snapshot_entries:
+        if not due(current):
             return False
         applied, parts = store.load_checkpoint()
         first_index = applied - trailing + 1
@@ -711,7 +716,12 @@ class EtcdReplication:
         self._snapshot = meta
         self._snapshots_written += 1
         log.info("snapshot at %d written; log keys below %d deleted", applied, first_index)
-        compact_history(self.gateway, revision)
+        try:
+            compact_history(self.gateway, revision)
+        except EtcdError as exc:
+            # The log is bounded already; only etcd's history keeps the old revisions.
+            log.warning("etcd refused to compact its history at %d: %s", revision, exc)
+            return True
         self._compact_revision = revision
         return True
 

@@ -9,6 +9,8 @@ log key and catches up by installing the snapshot, ending byte-identical to the 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -16,14 +18,23 @@ from typing import Any
 import pytest
 
 from appliance.replication.etcd import EtcdFatal, EtcdReplication
-from appliance.replication.etcd_gateway import EtcdGateway, EtcdUnavailable, prefix_end, range_op
+from appliance.replication.etcd_gateway import (
+    EtcdGateway,
+    EtcdUnavailable,
+    prefix_end,
+    put_op,
+    range_op,
+)
 from appliance.replication.etcd_snapshot import (
     CHUNK_BYTES,
     SnapshotInvalid,
     SnapshotKeys,
     SnapshotMeta,
+    SnapshotMoved,
     decode_meta,
     read_meta,
+    read_snapshot,
+    write_snapshot,
 )
 from appliance.runner.machine import Machine, encode_command
 from appliance.store.runner_store import RunnerStore
@@ -151,14 +162,23 @@ def test_a_runner_stopped_across_compactions_catches_up_by_snapshot(
             lambda: owner.replication.status()["snapshots_written"] >= 3, "three compactions", 20
         )
         wait_for(lambda: owner.store.applied_index() == total, "the owner's checkpoint at the end")
-        meta, indexes, chunk_keys = consistent_view(gateway, keys)
+        views: list[Any] = []
+
+        def settled() -> bool:
+            # Between a snapshot's chunk puts and its publishing txn the next one's chunks show.
+            views[:] = [consistent_view(gateway, keys)]
+            meta, _indexes, chunk_keys = views[0]
+            return meta is not None and chunk_keys == [
+                keys.chunk(meta.index, n) for n in range(meta.chunks)
+            ]
+
+        wait_for(settled, "the owner's compaction settles")
+        meta, indexes, _chunks = views[0]
         assert meta is not None and meta.contract_digest == DIGEST
         assert meta.first_index == meta.index - TRAILING_ENTRIES + 1
         assert meta.first_index > split + 1  # the late runner is behind the pruned point
         # Log keys below the snapshot's first kept index are gone; the rest are all there.
         assert indexes == list(range(meta.first_index, total + 1))
-        # Only the current snapshot's chunks remain.
-        assert chunk_keys == [keys.chunk(meta.index, n) for n in range(meta.chunks)]
         # etcd's history compaction moved past the revision read before the stop.
         assert owner.replication.status()["compact_revision"] > revision_before
         assert not history_readable_at(gateway, revision_before)
@@ -275,3 +295,62 @@ def test_snapshot_metadata_is_checked_field_by_field() -> None:
         decode_meta(b'{"index": 1}')
     with pytest.raises(SnapshotInvalid, match="not JSON"):
         decode_meta(b"{")
+
+
+def test_a_snapshot_larger_than_a_chunk_is_cut_at_the_boundary_and_read_back_whole(
+    etcd_cluster: EtcdCluster,
+) -> None:
+    keys = SnapshotKeys(fresh_prefix().encode())
+    leader_key = keys.meta + b"-leader"
+    gateway = EtcdGateway(etcd_cluster.endpoints)
+    try:
+        gateway.txn([], [put_op(leader_key, b"me")])
+        tenure_revision = gateway.range(leader_key)[1][0].create_revision
+        meta_revision = 0
+        for size in (CHUNK_BYTES, CHUNK_BYTES + 1, 2 * CHUNK_BYTES + 7):
+            data = os.urandom(size)
+            meta = SnapshotMeta(
+                index=size,
+                term=tenure_revision,
+                first_index=size,
+                contract_digest=DIGEST,
+                size_bytes=size,
+                chunks=-(-size // CHUNK_BYTES),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            revision = write_snapshot(
+                gateway,
+                keys,
+                leader_key=leader_key,
+                tenure_revision=tenure_revision,
+                meta_revision=meta_revision,
+                meta=meta,
+                data=data,
+            )
+            assert revision is not None
+            read, meta_revision = read_meta(gateway, keys)
+            assert read == meta
+            assert read_snapshot(gateway, keys, meta).data == data
+            _, chunks = gateway.range(keys.chunks, prefix_end(keys.chunks))
+            assert [len(kv.value) for kv in chunks][:-1] == [CHUNK_BYTES] * (meta.chunks - 1)
+            assert len(chunks) == meta.chunks  # the previous snapshot's chunks are gone
+        # A metadata revision that is not the current one publishes nothing.
+        assert (
+            write_snapshot(
+                gateway,
+                keys,
+                leader_key=leader_key,
+                tenure_revision=tenure_revision,
+                meta_revision=meta_revision - 1,
+                meta=dataclasses.replace(meta, index=meta.index + 1),
+                data=data,
+            )
+            is None
+        )
+        assert read_meta(gateway, keys)[0] == meta
+        # A chunk that no longer matches the SHA-256 is never handed to the store.
+        gateway.txn([], [put_op(keys.chunk(meta.index, 0), b"x" * CHUNK_BYTES)])
+        with pytest.raises(SnapshotMoved, match="SHA-256"):
+            read_snapshot(gateway, keys, meta)
+    finally:
+        gateway.close()
