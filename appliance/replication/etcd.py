@@ -239,7 +239,8 @@ class EtcdReplication:
             self._revoke(tenure)  # hand over at once instead of after the TTL
         if self._started:
             for thread in self._threads:
-                if thread is not threading.current_thread():
+                # A fatal error can stop it before start() has started every thread.
+                if thread is not threading.current_thread() and thread.ident is not None:
                     thread.join(timeout=self.settings.request_timeout_ms / 1000 * 3)
         self.gateway.close()
 
