@@ -37,6 +37,12 @@ gap between the applied index and an event makes it re-read too.
 is a linearizable txn reading ``leader`` and the last log key, then waits for the local apply to
 reach that index and re-checks the lease deadline. Neither sees the ownership epoch: that still
 comes from the runner's committed AcquireOwnership command in this log.
+
+Compaction (``etcd_snapshot``; docs/etcd.md). The leader's own thread snapshots its durable
+checkpoint into etcd when ``snapshot_entries`` are due and, in the same txn that publishes it,
+deletes the log keys below ``index - trailing_entries + 1``, then asks etcd to compact its
+history. A member whose applied index + 1 is below the first kept key installs that snapshot
+into its store (through the machine's ``restore``) before it reads the log by range again.
 """
 
 from __future__ import annotations

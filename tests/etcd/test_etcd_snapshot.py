@@ -167,10 +167,11 @@ def test_a_runner_stopped_across_compactions_catches_up_by_snapshot(
         def settled() -> bool:
             # Between a snapshot's chunk puts and its publishing txn the next one's chunks show.
             views[:] = [consistent_view(gateway, keys)]
+            # And no further snapshot is due at the owner's final checkpoint.
             meta, _indexes, chunk_keys = views[0]
-            return meta is not None and chunk_keys == [
-                keys.chunk(meta.index, n) for n in range(meta.chunks)
-            ]
+            if meta is None or total - TRAILING_ENTRIES + 1 - meta.first_index >= SNAPSHOT_ENTRIES:
+                return False
+            return chunk_keys == [keys.chunk(meta.index, n) for n in range(meta.chunks)]
 
         wait_for(settled, "the owner's compaction settles")
         meta, indexes, _chunks = views[0]
