@@ -10,7 +10,7 @@ import heapq
 from collections import Counter
 from typing import Any
 
-from appliance.core.canonical import canonical_json
+from appliance.core.canonical import canonical_json, sha256_hex
 from appliance.core.limits import Limits
 from appliance.core.occurrence import (
     INT_MAX,
@@ -27,6 +27,11 @@ from appliance.core.state_parts import (
     _progress_json,
     _schedule_json,
 )
+
+
+def payload_digest(code: str) -> str:
+    return sha256_hex(code.encode("utf-8"))
+
 
 # ---- the aggregate -----------------------------------------------------------------------------
 
@@ -188,16 +193,21 @@ def list_view(state: SchedulerState) -> dict[str, Any]:
     for sid in sorted(state.schedules):
         s = state.schedules[sid]
         p = state.progress[sid]
+        view = _schedule_json(s)
+        if "kept" in view:  # the operator sees which code a live record runs, not the code
+            view["kept"] = [[k.until_id, payload_digest(k.code)] for k in s.kept]
         schedules.append(
             {
-                **_schedule_json(s),
+                **view,
                 **_progress_json(p),
                 "counts": state.schedule_counts(sid),
             }
         )
     occurrences = [occurrence_to_json(state.occurrences[i]) for i in sorted(state.occurrences)]
     counts = state.counts()
+    paused = state.extra.get("paused")  # appliance/core/pause.py
     return {
+        **({"paused": paused} if paused is not None else {}),
         "schedules": schedules,
         "occurrences": occurrences,
         "counts": {
