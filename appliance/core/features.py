@@ -56,7 +56,4 @@ def needs_commands_reader(state: SchedulerState) -> bool:
     extra = state.extra
     if PAUSED_PART in extra or RUN_REQUESTS_PART in extra:
         return True
-    return any(
-        s.kept or s.changes or s.definition.policy.jitter_seconds
-        for s in state.schedules.values()
-    )
+    return bool(state.extended_schedules)  # kept on every schedule write (O(1) here)

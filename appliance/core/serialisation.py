@@ -72,6 +72,7 @@ def from_json(data: bytes) -> SchedulerState:
             if kind == "schedule":
                 schedule = _schedule_from_json(value)
                 state.schedules[schedule.id] = schedule
+                state.note_schedule(schedule.id, schedule)
                 data_part = canonical_json(_schedule_json(schedule))
                 state._write_part(name, data_part, _schedule_budget(len(data_part), schedule))
             elif kind == "progress":

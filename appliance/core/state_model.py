@@ -103,6 +103,9 @@ class SchedulerState:
         # Parts added by extension commands (the runner's ownership, claims, permits): decoded
         # JSON values by part name, kinds registered with ``register_part_kind``.
         self.extra: dict[str, Any] = {}
+        # Derived (never serialized): schedules whose part an older binary cannot read (jitter,
+        # kept code, a change history); kept by ``note_schedule`` on every schedule write.
+        self.extended_schedules: set[int] = set()
         self.next_schedule_id = 1
         self.next_occurrence_id = 1
         self._parts: dict[str, bytes] = {}
@@ -113,6 +116,15 @@ class SchedulerState:
         self._meta_budget = len(canonical_json(_meta_json(limits, INT_MAX, INT_MAX)))
         meta = canonical_json(_meta_json(limits, 1, 1))
         self._write_part("meta", meta, self._meta_budget)
+
+    def note_schedule(self, schedule_id: int, schedule: Schedule | None) -> None:
+        extended = schedule is not None and bool(
+            schedule.kept or schedule.changes or schedule.definition.policy.jitter_seconds
+        )
+        if extended:
+            self.extended_schedules.add(schedule_id)
+        else:
+            self.extended_schedules.discard(schedule_id)
 
     # -- parts and sizes --
 

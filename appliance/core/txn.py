@@ -338,6 +338,7 @@ class Txn:
                 state.schedules.pop(sid, None)
             else:
                 state.schedules[sid] = schedule
+            state.note_schedule(sid, schedule)
         for sid, progress in self._prog.items():
             if progress is None:
                 state.progress.pop(sid, None)

@@ -36,7 +36,7 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING
+from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_COMMANDS
 
 T = TypeVar("T")
 __all__ = ["Accepted", "Machine", "Refused", "decode_command", "encode_command"]
@@ -132,11 +132,13 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
-        # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
-        needs = getattr(core, "needs_cancelling_reader", None)
-        if needs is None or not needs(self.state):
-            return None
-        return READER_VERSION_CANCELLING
+        # Raised only while the checkpoint holds what older binaries cannot read (SPEC §4): the
+        # new commands' parts and fields (appliance/core/features.py), or a Cancelling record.
+        if core.needs_commands_reader(self.state):
+            return READER_VERSION_COMMANDS
+        if core.needs_cancelling_reader(self.state):
+            return READER_VERSION_CANCELLING
+        return None
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the checkpoint holds every transition applied so far."""

@@ -196,3 +196,13 @@ def test_a_jittered_definition_is_gated_as_its_own_kind_and_raises_the_reader_ve
     assert command_kind(SeedInitialSchedules((plain, jittered), T0)) == JITTER_KIND
     assert command_kind(SeedInitialSchedules((plain,), T0)) == "SeedInitialSchedules"
     assert needs_commands_reader(state_with(jitter=5))
+
+
+def test_the_reader_version_need_follows_the_schedules_and_survives_a_reload():
+    from appliance.core.state import DeleteSchedule, from_json
+
+    state = state_with(jitter=5)
+    apply(state, CreateSchedule(definition(), T0))
+    assert from_json(state.to_json()).extended_schedules == {1} == state.extended_schedules
+    apply(state, DeleteSchedule(1, T0 + 1))
+    assert not needs_commands_reader(state)
