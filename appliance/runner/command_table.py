@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from appliance.core import state as core
+from appliance.runner import command_args as args
 
 # The management roles (seeds/001): an operator may do everything but the recovery actions.
 OPERATOR: Final = "operator"
@@ -30,10 +31,21 @@ class CommandSpec:
     # The core command it commits, from the checked arguments (a create's ``definition`` is the
     # parsed Definition) and the wall instant; None for the read-only commands.
     build: Callable[[Mapping[str, Any], int], Any] | None = None
+    optional: tuple[str, ...] = ()  # fields that may be omitted (the others are required)
+    # Checks the other fields (raises command_args.ArgumentError naming the field).
+    check: Callable[[Mapping[str, Any]], None] | None = None
+    # The owner's plan instead of ``build``, when the command needs the committed state or the
+    # calendar: (arguments, instant, state, compiled calendar of a schedule id) -> core command.
+    plan: Callable[..., Any] | None = None
+    preview: bool = False  # planned by the owner and answered without being proposed
 
     @property
     def mutates(self) -> bool:
-        return self.build is not None
+        return (self.build is not None or self.plan is not None) and not self.preview
+
+    @property
+    def required(self) -> tuple[str, ...]:
+        return tuple(f for f in self.fields if f not in self.optional)
 
 
 _ROWS: Final = (
@@ -54,6 +66,56 @@ _ROWS: Final = (
     CommandSpec(
         "delete", ("id",), ("id",), build=lambda a, at_s: core.DeleteSchedule(a["id"], at_s)
     ),
+    # Beyond the seeds (SPEC §11, issue 22): each commits one core command; docs/policies.md.
+    CommandSpec(
+        "run_now",
+        ("id", "request_id"),
+        ("id",),
+        optional=("request_id",),
+        check=args.check_run_now,
+        build=lambda a, at_s: core.RunNow(a["id"], at_s, a.get("request_id")),
+    ),
+    CommandSpec(
+        "enable",
+        ("id", "catch_up"),
+        ("id",),
+        optional=("catch_up",),
+        check=args.check_catch_up,
+        plan=args.plan_enable_args,
+    ),
+    CommandSpec(
+        "update",
+        ("id", "name", "code", "cron", "timezone", "policy"),
+        ("id",),
+        optional=("name", "code", "cron", "timezone", "policy"),
+        check=args.check_update,
+        plan=args.plan_update_args,
+    ),
+    CommandSpec("pause", (), build=lambda a, at_s: core.Pause(at_s)),
+    CommandSpec(
+        "resume",
+        ("catch_up",),
+        optional=("catch_up",),
+        check=args.check_catch_up,
+        plan=args.plan_resume_args,
+    ),
+    CommandSpec(
+        "backfill",
+        ("id", "start", "end", "overlap"),
+        ("id",),
+        optional=("overlap",),
+        check=args.check_backfill,
+        plan=args.plan_backfill_args,
+    ),
+    CommandSpec(
+        "backfill_preview",
+        ("id", "start", "end", "overlap"),
+        ("id",),
+        optional=("overlap",),
+        check=args.check_backfill,
+        plan=args.plan_backfill_args,
+        preview=True,
+    ),
     CommandSpec(
         "acknowledge_stopped",
         ("occurrence_id", "dispatcher_and_work_quiesced"),
@@ -67,3 +129,4 @@ _ROWS: Final = (
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}
 MUTATIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.mutates)
 RECOVERY_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == RECOVERY)
+PREVIEWS: Final = frozenset(a for a, row in COMMANDS.items() if row.preview)
