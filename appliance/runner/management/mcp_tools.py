@@ -1,4 +1,9 @@
-"""The seven management MCP tools: names, descriptions, JSON Schemas, and who may see them.
+"""The management MCP tools: names, descriptions, JSON Schemas, and who may see them.
+
+Seven tools are seeds/001's; ``scheduler_run_now``, ``scheduler_enable``, ``scheduler_update``,
+``scheduler_pause``, ``scheduler_resume``, ``scheduler_backfill`` and
+``scheduler_backfill_preview`` are a documented extension (SPEC §11, issue 22), listed between
+``scheduler_delete`` and the recovery tool, which stays last.
 
 Arguments are the stdin commands of seeds/001 without ``action``; ``status`` and ``list`` take an
 empty object. Schemas are JSON Schema 2020-12 with ``additionalProperties: false`` everywhere, so
@@ -17,6 +22,7 @@ from appliance.core.definition import (
     CODE_BYTES_MAX,
     CRON_BYTES_MAX,
     DELAY_SECONDS_MAX,
+    JITTER_SECONDS_MAX,
     MAX_RETRIES_MAX,
     NAME_BYTES_MAX,
     TIMEZONE_BYTES_MAX,
@@ -66,6 +72,13 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
             "missed": missed,
             "overlap": {"enum": ["Skip", "Queue", "Concurrent"]},
             "retry": retry,
+            "jitter_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": JITTER_SECONDS_MAX,
+                "description": "optional: each slot starts up to this many seconds late, by a "
+                "delay derived from SHA-256 of (schedule id, slot), never at the next slot",
+            },
         },
         ("missed", "overlap", "retry"),
     )
@@ -143,6 +156,7 @@ def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
             "terminal state.",
             "inputSchema": _object({"id": _ID}, ("id",)),
         },
+        **_extension_tools(limits),
         "scheduler_acknowledge_stopped": {
             "action": "acknowledge_stopped",
             "description": _ACK_DESCRIPTION,
@@ -159,6 +173,98 @@ def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
                 },
                 ("occurrence_id",),
             ),
+        },
+    }
+
+
+_INSTANT: Final = {
+    "type": "string",
+    "description": "an RFC 3339 instant with an offset, e.g. 2026-12-01T10:00:00Z",
+}
+_CATCH_UP: Final = {
+    "type": "boolean",
+    "description": "apply the schedule's missed policy to the span (default false: no backlog)",
+}
+_BACKFILL: Final = {
+    "id": _ID,
+    "start": _INSTANT,
+    "end": _INSTANT,
+    "overlap": {
+        "enum": ["Skip", "Queue", "Concurrent"],
+        "description": "how the backfilled slots are admitted (default Queue): Skip creates "
+        "none while the schedule has live work",
+    },
+}
+
+
+def _extension_tools(limits: Limits) -> dict[str, dict[str, Any]]:
+    """The commands beyond seeds/001 (docs/policies.md, "Operator commands")."""
+    definition = definition_schema(limits)["properties"]
+    return {
+        "scheduler_run_now": {
+            "action": "run_now",
+            "description": "Run a schedule once now (even if disabled), through its overlap "
+            "policy and the running limit. Pass a request_id: after an uncertain result, "
+            "repeating the call with the same request_id is safe and returns the first answer.",
+            "inputSchema": _object(
+                {
+                    "id": _ID,
+                    "request_id": {
+                        "type": "string",
+                        "pattern": "^[A-Za-z0-9._:-]{1,64}$",
+                        "description": "deduplicates repeats (the newest 64 are remembered)",
+                    },
+                },
+                ("id",),
+            ),
+        },
+        "scheduler_enable": {
+            "action": "enable",
+            "description": "Enable a disabled schedule. It resumes from now without a backlog "
+            "unless catch_up is true.",
+            "inputSchema": _object({"id": _ID, "catch_up": _CATCH_UP}, ("id",)),
+        },
+        "scheduler_update": {
+            "action": "update",
+            "description": "Change a schedule's name, code, cron, timezone or policy (policy is "
+            "replaced whole). Future occurrences use the new definition; live ones keep the "
+            "code they were created with. Give at least one field.",
+            "inputSchema": _object(
+                {
+                    "id": _ID,
+                    "name": {"type": ["string", "null"], "description": "null removes it"},
+                    "code": definition["code"],
+                    "cron": definition["cron"],
+                    "timezone": definition["timezone"],
+                    "policy": definition["policy"],
+                },
+                ("id",),
+            )
+            | {"minProperties": 2},
+        },
+        "scheduler_pause": {
+            "action": "pause",
+            "description": "Pause all scheduling cluster-wide (a maintenance switch): nothing "
+            "is selected or started; running work continues and can be cancelled.",
+            "inputSchema": _object({}),
+        },
+        "scheduler_resume": {
+            "action": "resume",
+            "description": "Resume scheduling. The paused span is skipped (counted missed) "
+            "unless catch_up is true.",
+            "inputSchema": _object({"catch_up": _CATCH_UP}),
+        },
+        "scheduler_backfill": {
+            "action": "backfill",
+            "description": "Create occurrences for the schedule's past calendar slots in "
+            "[start, end] that have no retained occurrence (at most 512 slots; all or none "
+            "within the outstanding limit). Preview first with scheduler_backfill_preview.",
+            "inputSchema": _object(_BACKFILL, ("id", "start", "end")),
+        },
+        "scheduler_backfill_preview": {
+            "action": "backfill_preview",
+            "description": "What scheduler_backfill would create now, without creating it.",
+            "inputSchema": _object(_BACKFILL, ("id", "start", "end")),
         },
     }
 
