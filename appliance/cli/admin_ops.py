@@ -573,6 +573,7 @@ def render_health(health: dict[str, Any]) -> str:
 def history_rows(occurrences: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per transition; the occurrence's fixed fields only on its first/last row."""
     rows: list[dict[str, Any]] = []
+    jittered = any(occurrence.get("starts_at") for occurrence in occurrences)
     for occurrence in occurrences:
         timeline = occurrence.get("timeline") or [{}]
         for i, step in enumerate(timeline):
@@ -589,6 +590,9 @@ def history_rows(occurrences: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "failure": (occurrence.get("failure_reason") or "") if last else "",
                 }
             )
+            if jittered:  # a STARTS column only when a jittered record is shown
+                start = occurrence.get("starts_at") if first else ""
+                rows[-1] = {**rows[-1], "starts": start or ""}
     return rows
 
 

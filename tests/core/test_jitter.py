@@ -206,3 +206,23 @@ def test_the_reader_version_need_follows_the_schedules_and_survives_a_reload():
     assert from_json(state.to_json()).extended_schedules == {1} == state.extended_schedules
     apply(state, DeleteSchedule(1, T0 + 1))
     assert not needs_commands_reader(state)
+
+
+def test_history_shows_the_slot_and_the_jittered_start():
+    from appliance.metrics.history import occurrence_detail
+
+    state = state_with(jitter=30)
+    wait = jittered_instant_s(1, T0, 30, T0 + MINUTE)
+    apply(state, plan_observation(state, {1: EVERY_MINUTE}, T0 + 1))
+    waiting = occurrence_detail(state.occurrences[1])
+    assert waiting["due_at"] == "2027-01-15T08:00:00Z"
+    assert waiting["starts_at"] == f"2027-01-15T08:00:{wait - T0:02d}Z"
+    apply(state, RetryDue(wait))
+    assert occurrence_detail(state.occurrences[1])["starts_at"] == waiting["starts_at"]
+    assert occurrence_detail(state_with().occurrences.get(1) or _plain(state))["starts_at"] is None
+
+
+def _plain(state):
+    plain = state_with()
+    apply(plain, plan_observation(plain, {1: EVERY_MINUTE}, T0 + 1))
+    return plain.occurrences[1]
