@@ -16,8 +16,8 @@ from typing import Any, Final
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http import ApiError, create_app, read_json_object
+from appliance.secret import Secret
 
 ADMIT_PATH: Final = "/scheduler/v1/admit"
 BODY_BYTES_MAX: Final = 512 * 1024

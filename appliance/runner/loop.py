@@ -24,19 +24,17 @@ import itertools
 import queue
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.clock import RunnerClock
 from appliance.config.runner import RunnerConfig
-from appliance.core.features import command_kind
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
-from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
-from appliance.runner.machine import Machine, NotYetApplicable, encode_command
+from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.runner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.runner.owner_events import (
@@ -67,6 +65,7 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
+from appliance.runner.owner_serial import Gate
 from appliance.runner.worker_client import WorkerClient
 
 __all__ = ["OBSERVE_GRACE_S", "Runner"]
@@ -106,7 +105,7 @@ def proposal_outcome(raw: Any) -> Outcome:
     if isinstance(raw, Accepted | Refused):
         return raw
     if isinstance(raw, NotLeader):
-        return NotLeaderAnswer(getattr(raw, "leader_hint", None))
+        return NotLeaderAnswer(getattr(raw, "leader_hint", None), str(raw))
     if isinstance(raw, ProposalLost):
         return LostAnswer(str(raw))
     if isinstance(raw, BaseException):
@@ -122,15 +121,12 @@ class Runner:
         machine: Machine,
         replication: Any,
         worker: WorkerClient,
-        clock: Clock,
+        clock: RunnerClock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
-        gate: Callable[[str], str | None] | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.cfg = cfg
-        # The version gate (appliance/capabilities.py): why a command kind may not be proposed
-        # yet, or None. Without one (tests, a single binary) every kind this binary knows goes.
-        self._gate = gate
         self.node_id = cfg.node_id
         self.machine = machine
         self.replication = replication
@@ -138,7 +134,11 @@ class Runner:
         self.clock = clock
         self.log = log
         self.owner = Owner(
-            cfg=cfg, state=machine, time_scale=clock.time_scale, unknown_poll_s=unknown_poll_s
+            cfg=cfg,
+            state=machine,
+            time_scale=clock.time_scale,
+            unknown_poll_s=unknown_poll_s,
+            gate=gate,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -151,6 +151,8 @@ class Runner:
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
         self._requests_lock = threading.Lock()
+        # Whether observation or cancellation is pending: published by the loop thread after
+        # each turn, read by drain_and_stop (the owner itself is touched by the loop thread only).
         self._open_tasks = False
 
     # ---- what the owner knows, for status views and tests ------------------------------------
@@ -225,18 +227,14 @@ class Runner:
         with contextlib.suppress(queue.Full):
             self._queue.put(_Feed(Drain()), timeout=1.0)
         deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline and self._open_tasks_now():
+        while time.monotonic() < deadline and self._open_tasks:
             time.sleep(0.05)
         self._stopped.set()
-        self._queue.put(_Stop())
+        with contextlib.suppress(queue.Full):  # stopped is set: the loop ends within a wake
+            self._queue.put(_Stop(), timeout=1.0)
         self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._proposer.shutdown(wait=False, cancel_futures=True)
-
-    def _open_tasks_now(self) -> bool:
-        # Published by the loop thread after each event; a drain requested before the loop ran
-        # the Drain item still sees the last value, as the old loop's direct read did.
-        return self._open_tasks
 
     def _feed(self, event: Event) -> None:
         """Hand an answer back to the loop (from a pool thread): it must never be dropped."""
@@ -314,17 +312,12 @@ class Runner:
     def _propose(self, effect: Propose) -> None:
         """On a proposer thread: the proposal, then its outcome back to the loop. A committed
         admission is answered from here at once (the worker waits for it on its launch path)."""
-        kind = command_kind(effect.command)
-        refusal = self._gate(kind) if self._gate is not None else None
-        if refusal is not None:  # definite: nothing was proposed
-            raw: Any = Refused(NotYetApplicable(refusal))
-        else:
-            try:
-                raw = self.replication.propose(
-                    encode_command(effect.command), timeout_s=PROPOSE_TIMEOUT_S
-                )
-            except Exception as exc:
-                raw = exc
+        try:
+            raw = self.replication.propose(
+                encode_command(effect.command), timeout_s=PROPOSE_TIMEOUT_S
+            )
+        except Exception as exc:
+            raw = exc
         outcome = proposal_outcome(raw)
         if effect.answers_admission is not None and isinstance(outcome, Accepted | Refused):
             self._resolve(effect.answers_admission, ownership.admit_answer(outcome))
@@ -336,7 +329,7 @@ class Runner:
         try:
             self.replication.read_barrier(timeout_s=BARRIER_TIMEOUT_S)
         except NotLeader as exc:
-            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None))
+            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None), str(exc))
         except Exception as exc:
             failure = FailedAnswer(str(exc))
         else:

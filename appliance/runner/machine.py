@@ -33,23 +33,25 @@ from appliance.capabilities import BINARY_VERSION, command_kinds
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
-from appliance.runner.applied import Accepted, Refused
+from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_COMMANDS
 
 T = TypeVar("T")
-__all__ = ["Accepted", "Machine", "Refused", "decode_command", "encode_command"]
+__all__ = [
+    "Accepted",
+    "Machine",
+    "NotYetApplicable",
+    "Refused",
+    "UnsupportedCommand",
+    "decode_command",
+    "encode_command",
+]
 
 
 def encode_command(command: Any) -> bytes:
     return json.dumps(core.command_to_json(command), separators=(",", ":"), sort_keys=True).encode()
-
-
-class NotYetApplicable(CoreError):
-    """Not proposed: some voter of the configuration has not reported that it applies this kind.
-
-    A definite answer (nothing reached the log), reported like a refusal (docs/raft.md)."""
 
 
 class UnsupportedCommand(RuntimeError):
@@ -60,7 +62,7 @@ class UnsupportedCommand(RuntimeError):
             f"log entry {index} holds a {kind} command, which this binary (appliance "
             f"{BINARY_VERSION}) cannot apply; stopping rather than diverging from the voters "
             f"that can. Start this voter with a binary that applies {kind} (docs/raft.md, "
-            f"\"Version gate\")"
+            f'"Version gate")'
         )
         self.index = index
         self.kind = kind

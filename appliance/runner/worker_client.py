@@ -21,9 +21,9 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from appliance.config.credentials import Secret
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.secret import Secret
 
 PROTOCOL_VERSION: Final = 1
 EXEC_PATH: Final = "/api/scheduled/v1/exec"
