@@ -149,3 +149,28 @@ def test_backfill_preview_creates_nothing_and_backfill_creates_the_missing_slots
         assert send(v, action="backfill", **span)["existing"] == [
             c["due"] for c in preview["created"]
         ]
+
+
+def test_the_version_gate_holds_the_new_commands_and_a_jittered_definition():
+    asked: list[str] = []
+
+    def gate(kind: str) -> str | None:
+        asked.append(kind)
+        new = {"RunNow", "Pause", "policy.jitter_seconds"}
+        return (
+            f"command {kind} is not proposed until every voter can apply it"
+            if kind in new
+            else None
+        )
+
+    with Voter(gate=gate) as v:
+        plain = send(v, action="create", definition=definition())
+        assert plain["ok"] is True
+        jittered = send(v, action="create", definition=definition(jitter_seconds=5))
+        assert jittered["ok"] is False and jittered["status"] == 400
+        assert "policy.jitter_seconds" in jittered["error"]["message"]
+        refused = send(v, action="run_now", id=1)
+        assert refused["status"] == 400 and "RunNow" in refused["error"]["message"]
+        assert send(v, action="pause")["status"] == 400
+        assert v.machine.read(lambda st: len(st.schedules)) == 1  # nothing reached the log
+        assert {"CreateSchedule", "policy.jitter_seconds", "RunNow", "Pause"} <= set(asked)
