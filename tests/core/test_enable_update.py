@@ -240,3 +240,15 @@ def test_enable_and_update_round_trip_on_the_wire():
     ]
     for command in commands:
         assert command_from_json(command_to_json(command)) == command
+
+
+def test_the_change_history_keeps_the_newest_changes_max():
+    from appliance.core.schedule_commands import CHANGES_MAX
+
+    state = state_with()
+    for n in range(CHANGES_MAX + 1):
+        apply(state, plan_update(state, 1, {"cron": f"{n} * * * *"}, T0 + n))
+    changes = state.schedules[1].changes
+    assert len(changes) == CHANGES_MAX
+    assert [c.at_s for c in changes] == [T0 + n for n in range(1, CHANGES_MAX + 1)]
+    assert all(c.fields == ("cron",) for c in changes)
