@@ -165,8 +165,10 @@ class Owner(RequestDecisions):
         return out
 
     def next_due_s(self) -> float | None:
-        """The wall instant of the next due slot this owner will observe, if it schedules."""
-        if self.epoch is None or self._pulse is None or self._draining:
+        """The wall instant of the next due slot this owner will observe, if it schedules. None
+        while a decision waits for its commit: a tick then could do nothing, and a driver that
+        woke for it would spin (the answer's own event brings the next tick)."""
+        if self.epoch is None or self._pulse is None or self._draining or self._chain is not None:
             return None
         return self._pulse.next_due_s()
 

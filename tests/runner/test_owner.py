@@ -196,3 +196,18 @@ def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
     assert not any(isinstance(e, Propose) for e in out)
     (reply,) = [e for e in out if isinstance(e, Reply)]
     assert reply.value["status"] == 400 and "waits for v2" in reply.value["error"]["message"]
+
+
+def test_while_a_decision_waits_for_its_commit_no_wake_is_asked_for() -> None:
+    bench = Bench()
+    bench.acquire()
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": definition()})))
+    bench.settle()
+    assert bench.owner.next_due_s() == T0 + 60
+    bench.wall_s = T0 + 61
+    bench.feed(Tick())
+    folded = bench.take(Propose)  # the observation waits for its commit
+    assert bench.owner.next_due_s() is None  # a driver waking for the past due slot would spin
+    bench.commit(folded)
+    bench.settle()
+    assert bench.owner.next_due_s() == T0 + 120
