@@ -12,7 +12,8 @@ clipped to one second before the next slot. The record therefore never waits unt
 next slot, and every voter, every owner and every later reader computes the same instant.
 
 The owner computes it (it needs the next slot, i.e. the calendar) and carries it in the
-``Observe`` entry; the apply checks only that it lies in ``[slot, slot + jitter_seconds]``.
+``Observe`` entry; the apply refuses one outside ``[slot, slot + JITTER_SECONDS_MAX]`` and clips it
+to the schedule's current ``jitter_seconds`` (a plan made before an update lowered it).
 The binding's ``due_time`` stays the slot: jitter delays the start, never the occurrence's name.
 """
 

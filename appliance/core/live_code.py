@@ -90,6 +90,8 @@ def keep_current_code(txn: Txn, schedule: Schedule) -> tuple[KeptCode, ...]:
 
 @before_commit
 def _drop_unneeded_code(txn: Txn) -> None:
+    if not txn.state.extended_schedules and not txn._sch:
+        return  # no schedule keeps code (the pulse's common case costs one test)
     ended = {r.schedule_id for r in txn._occ.values() if r is not None and r.terminal}
     for schedule_id in sorted(ended):
         schedule = txn.schedule(schedule_id)

@@ -205,6 +205,7 @@ def bound_text(text: str, bytes_max: int) -> str:
 
 # Why a record exists, in its creation timeline entry: a selected slot, or an operator command.
 CREATED_BY = frozenset({E.CREATED.value, "run_now", "backfill"})
+_CREATED = E.CREATED.value
 
 
 def new_occurrence(
@@ -213,10 +214,10 @@ def new_occurrence(
     due_s: int,
     at_s: int,
     not_before_s: int | None = None,
-    created_by: str = E.CREATED.value,
+    created_by: str = _CREATED,
 ) -> Occurrence:
     """A Pending record; ``not_before_s`` makes it wait (jitter) like a retry-waiting one."""
-    if created_by not in CREATED_BY:
+    if created_by is not _CREATED and created_by not in CREATED_BY:
         raise CoreError(f"invariant: {created_by!r} is not a creation reason")
     return Occurrence(
         id=occurrence_id,

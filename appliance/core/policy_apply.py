@@ -197,15 +197,13 @@ def _observe(txn: Txn, cmd: Observe) -> ObserveReport:
         missed = entry.missed if entry.base_cursor_s == cursor_s else 0
         overlap = capacity = 0
         skip_overlap = schedule.definition.policy.overlap is OverlapPolicy.SKIP
-        jitter_s = schedule.definition.policy.jitter_seconds
-        waits = entry.not_before_s or (None,) * len(entry.slots_s)
-        for slot, not_before in zip(entry.slots_s, waits, strict=True):
+        waits = entry.not_before_s
+        jitter_s = schedule.definition.policy.jitter_seconds if waits else 0
+        for index, slot in enumerate(entry.slots_s):
             if slot <= cursor_s:
                 continue  # consumed already: a slot is never armed twice
-            if not_before is not None and not_before - slot > jitter_s:
-                raise InvalidCommand(
-                    f"not_before_s: schedule {schedule_id} has jitter_seconds {jitter_s}"
-                )
+            # A plan made before an update lowered the jitter waits at most the new jitter.
+            not_before = min(waits[index], slot + jitter_s) if waits else None
             reason = _admit_slot(txn, schedule_id, skip_overlap)
             if reason is DropReason.OVERLAP:
                 overlap += 1

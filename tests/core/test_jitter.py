@@ -153,12 +153,15 @@ def test_every_replica_and_every_owner_plans_the_same_instants():
     assert pulse.plan(replicas[0], {1: EVERY_MINUTE}, T0 + 1).command == plans[0]
 
 
-def test_a_wait_beyond_the_schedules_jitter_is_refused():
+def test_a_wait_beyond_the_schedules_jitter_is_clipped_to_it():
+    # A plan made before an update lowered the jitter (or removed it) waits at most the new one.
     state = state_with(jitter=10)
     entry = ObservedSchedule(1, T0 - 1, T0 + 1, (T0,), 0, (T0 + 11,))
-    rejected(state, Observe(T0 + 1, (entry,)), InvalidCommand)
+    apply(state, Observe(T0 + 1, (entry,)))
+    assert state.occurrences[1].not_before_s == T0 + 10
     unjittered = state_with()
-    rejected(unjittered, Observe(T0 + 1, (entry,)), InvalidCommand)
+    apply(unjittered, Observe(T0 + 1, (entry,)))
+    assert unjittered.occurrences[1].not_before_s is None
 
 
 @pytest.mark.parametrize(
