@@ -174,7 +174,11 @@ class Owner(RequestDecisions):
 
     def has_open_tasks(self) -> bool:
         """Whether a worker call is in flight or an attempt is still observed."""
-        return any(w.busy or w.observing for w in list(self._work.values()))
+        return bool(self.open_occurrences())
+
+    def open_occurrences(self) -> list[int]:
+        """The occurrences with a worker call in flight or an observation still going."""
+        return sorted(w.occurrence_id for w in self._work.values() if w.busy or w.observing)
 
     @property
     def draining(self) -> bool:

@@ -37,7 +37,8 @@ def test_create_from_file_and_stdin_then_list_as_a_table(live: Live, tokens, tmp
     assert code == 0 and json.loads(out)["result"] == {"id": 2}
     code, out, _ = run(live, ["list"])
     assert code == 0
-    assert "schedules:" in out and "DEFINITION.CRON" in out and "stale local view" in out
+    header = out.splitlines()[0].split()
+    assert header[:4] == ["ID", "NAME", "CRON", "TIMEZONE"] and "stale local view" in out
     assert DEFINITION["code"] not in out
 
 
@@ -150,4 +151,15 @@ def test_the_commands_beyond_the_seeds_send_their_documents(live: Live, tokens, 
 def test_an_update_without_a_field_is_a_usage_error_and_sends_nothing(live: Live, tokens) -> None:
     code, _, err = run(live, ["update", "1"])
     assert code == 2 and "at least one" in err
+    assert live.runner.executed == []
+
+
+def test_create_of_a_definition_with_several_problems_lists_them_all(live: Live, tokens) -> None:
+    bad = {**DEFINITION, "cron": "61 * * * *", "timezone": "Mars/Base"}
+    code, _, err = run(live, ["create", "-"], stdin=json.dumps(bad))
+    assert code == 1 and "HTTP 400 invalid_definition" in err
+    assert "\n  definition.cron: " in err and "\n  definition.timezone: " in err
+    code, out, _ = run(live, ["create", "-", "--json"], stdin=json.dumps(bad))
+    problems = json.loads(out)["error"]["problems"]
+    assert [p["field"] for p in problems] == ["definition.cron", "definition.timezone"]
     assert live.runner.executed == []
