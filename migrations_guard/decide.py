@@ -105,8 +105,9 @@ def decide(
         reasons.append(
             f"{facts.path} needs reader version {facts.min_reader_version} but this binary reads "
             f"up to {binary_reader_version}: the store holds states this binary cannot read (such "
-            "as an unresolved Cancelling, or a compacted log whose early entries live only in a "
-            "snapshot). Run a binary at least as new as the one that wrote it "
+            "as an unresolved Cancelling, a compacted log whose early entries live only in a "
+            "snapshot, a pause, a jittered or updated schedule, or run_now request ids). Run a "
+            "binary at least as new as the one that wrote it "
             f"(appliance {facts.created_by_version} or later), or resolve or acknowledge those "
             "occurrences with that binary before rolling back"
         )

@@ -18,9 +18,25 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Protocol
 
-from appliance.config.tls import TlsConfig
+
+class TlsConfig(Protocol):
+    """What this layer reads of a node's ``tls`` section (appliance/config/tls.py builds it; the
+    http layer does not import config, so it names only the fields it uses)."""
+
+    @property
+    def ca_file(self) -> str: ...
+
+    @property
+    def cert_file(self) -> str: ...
+
+    @property
+    def key_file(self) -> str: ...
+
+    @property
+    def client_cert_required(self) -> bool: ...
+
 
 VOTER_NAME_SUFFIX = ".voter.appliance"
 

@@ -38,7 +38,7 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING
+from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_COMMANDS
 
 T = TypeVar("T")
 RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
@@ -140,11 +140,13 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
-        # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
-        needs = getattr(core, "needs_cancelling_reader", None)
-        if needs is None or not needs(self.state):
-            return None
-        return READER_VERSION_CANCELLING
+        # Raised only while the checkpoint holds what older binaries cannot read (SPEC §4): the
+        # new commands' parts and fields (appliance/core/features.py), or a Cancelling record.
+        if core.needs_commands_reader(self.state):
+            return READER_VERSION_COMMANDS
+        if core.needs_cancelling_reader(self.state):
+            return READER_VERSION_CANCELLING
+        return None
 
     def restore(self, snapshot: Any, install: Callable[[], None]) -> None:
         """Raft's snapshot hook (a follower behind the leader's compacted log): write what is

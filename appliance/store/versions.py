@@ -36,9 +36,13 @@ KNOWN_SCHEMA_VERSIONS = {
 }
 
 # Reader versions. 1: the baseline states (no cancellation variants). 2: also Cancelling /
-# Cancelled and the acknowledgement of an unresolved Cancelling.
+# Cancelled and the acknowledgement of an unresolved Cancelling. 3: also a compacted log (its
+# first entries live only in the snapshot). 4: also the parts and fields of the operator commands
+# beyond the seeds (pause, run_now request ids, policy.jitter_seconds, an
+# update's kept code and history; appliance/core/features.py says when each is present).
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
 READER_VERSION_COMPACTED = 3
-BINARY_READER_VERSION = READER_VERSION_COMPACTED
+READER_VERSION_COMMANDS = 4
+BINARY_READER_VERSION = READER_VERSION_COMMANDS
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}
