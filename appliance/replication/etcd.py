@@ -138,6 +138,7 @@ class EtcdSettings:
     # Compaction (docs/etcd.md, "Snapshots and compaction"); snapshot_entries 0 turns it off.
     snapshot_entries: int = 0
     trailing_entries: int = 5_000
+    snapshot_bytes: int = 64 * 1024 * 1024  # also due when the kept log holds this many bytes
     compaction_check_interval_s: float = 1.0
     contract_digest: str = ""
 
@@ -207,6 +208,10 @@ class EtcdReplication:
         self._snapshots_written = 0
         self._snapshots_installed = 0
         self._compact_revision = 0
+        # (index, bytes) of the entries this member applied at or above the first kept key: the
+        # byte trigger (counted from this process's start; a restarted leader under-counts).
+        self._sizes: deque[tuple[int, int]] = deque()
+        self._sizes_bytes = 0
         self._threads = [
             threading.Thread(target=self._guard(self._follow), name=f"etcd-follow-{node_id}"),
             threading.Thread(target=self._guard(self._campaign), name=f"etcd-elect-{node_id}"),
@@ -665,6 +670,7 @@ class EtcdReplication:
             self._applied_index = snapshot.index
             self._last_index_seen = max(self._last_index_seen, snapshot.index)
             self._snapshots_installed += 1
+            self._forget_sizes_below(snapshot.index + 1)
             self._cond.notify_all()
 
     # ---- compaction (only the leader writes snapshots) ----------------------------------------
@@ -689,7 +695,11 @@ class EtcdReplication:
 
         def due(known: SnapshotMeta | None) -> bool:
             kept_from = known.first_index if known else 1
-            return durable - trailing + 1 - kept_from >= self.settings.snapshot_entries
+            gain = durable - trailing + 1 - kept_from
+            with self._cond:
+                self._forget_sizes_below(kept_from)
+                heavy = self._sizes_bytes >= self.settings.snapshot_bytes
+            return gain >= self.settings.snapshot_entries or (heavy and gain > 0)
 
         if not due(self._snapshot):  # the cached point: no etcd request while nothing is due
             return False
@@ -721,7 +731,9 @@ class EtcdReplication:
         if revision is None:
             return False
         self._snapshot = meta
-        self._snapshots_written += 1
+        with self._cond:
+            self._snapshots_written += 1
+            self._forget_sizes_below(first_index)
         log.info("snapshot at %d written; log keys below %d deleted", applied, first_index)
         try:
             compact_history(self.gateway, revision)
@@ -754,6 +766,10 @@ class EtcdReplication:
                 self._deliver(kv)
             # Deletes are the owner's compaction: only keys a snapshot covers, nothing to do.
 
+    def _forget_sizes_below(self, first_index: int) -> None:
+        while self._sizes and self._sizes[0][0] < first_index:
+            self._sizes_bytes -= self._sizes.popleft()[1]
+
     def _deliver(self, kv: KeyValue, *, behind_ok: bool = False) -> None:
         index = self._index_of(kv.key)
         if index > self._applied_index + 1 and behind_ok:
@@ -768,6 +784,9 @@ class EtcdReplication:
             self._applied_index = index
             self._last_index_seen = max(self._last_index_seen, index)
             waiter = self._waiters.pop(proposal_id, None)
+            if self._store is not None and self.settings.snapshot_entries > 0:
+                self._sizes.append((index, len(kv.value)))
+                self._sizes_bytes += len(kv.value)
             self._cond.notify_all()
         if waiter is not None and waiter.command == command:
             with contextlib.suppress(Exception):

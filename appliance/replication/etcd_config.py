@@ -57,7 +57,8 @@ def build_etcd_replication(
     cluster bearer). The store keeps only the checkpoint (the log is in etcd), at
     ``applied_index``; the leader snapshots it into etcd and a runner behind the compacted log
     installs etcd's snapshot into it, through ``restore`` (the machine's hook) when given. The
-    compaction triggers are the ``raft`` object's ``snapshot_entries`` and ``trailing_entries``.
+    compaction settings are the ``raft`` object's ``snapshot_entries``, ``trailing_entries`` and
+    ``snapshot_bytes``.
     """
     import os
 
@@ -73,6 +74,7 @@ def build_etcd_replication(
         auth=etcd_auth(backend, os.environ if environ is None else environ),
         snapshot_entries=cfg.raft.snapshot_entries,
         trailing_entries=cfg.raft.trailing_entries,
+        snapshot_bytes=cfg.raft.snapshot_bytes,
         contract_digest=contract_digest,
     )
     del credentials

@@ -66,6 +66,7 @@ class StoredRunner:
         prefix: str,
         *,
         check_interval_s: float = 0.05,
+        **tuning: Any,
     ) -> None:
         self.node_id, self.data_dir, self.endpoints, self.prefix = (
             node_id,
@@ -77,10 +78,13 @@ class StoredRunner:
         self.machine = Machine(self.store, LIMITS)
         tuned = dataclasses.replace(
             settings(endpoints, prefix),
-            snapshot_entries=SNAPSHOT_ENTRIES,
-            trailing_entries=TRAILING_ENTRIES,
-            compaction_check_interval_s=check_interval_s,
-            contract_digest=DIGEST,
+            **{
+                "snapshot_entries": SNAPSHOT_ENTRIES,
+                "trailing_entries": TRAILING_ENTRIES,
+                "compaction_check_interval_s": check_interval_s,
+                "contract_digest": DIGEST,
+                **tuning,
+            },
         )
         self.replication = EtcdReplication(
             node_id=node_id,
@@ -355,3 +359,38 @@ def test_a_snapshot_larger_than_a_chunk_is_cut_at_the_boundary_and_read_back_who
             read_snapshot(gateway, keys, meta)
     finally:
         gateway.close()
+
+
+def test_the_byte_trigger_compacts_at_its_threshold_before_the_entry_count(
+    etcd_cluster: EtcdCluster, tmp_path: Path
+) -> None:
+    threshold_bytes = 2_000
+    prefix = fresh_prefix()
+    owner = StoredRunner(
+        "o1",
+        tmp_path / "o1",
+        etcd_cluster.endpoints,
+        prefix,
+        check_interval_s=3600,
+        snapshot_entries=1_000,  # never due by count here
+        snapshot_bytes=threshold_bytes,
+    )
+    try:
+        wait_for(owner.replication.is_leader, "the owner leads")
+        tenure = owner.replication._tenure
+        assert tenure is not None
+        outcomes: list[tuple[int, bool]] = []
+        for index, command in enumerate(commands()[:40], start=1):
+            owner.replication.propose(command, timeout_s=WAIT_S)
+            wait_for(lambda index=index: owner.store.applied_index() == index, "checkpoint")
+            kept = owner.replication._sizes_bytes  # bytes of the kept log this owner applied
+            first_before = owner.replication.status()["first_log_index"]
+            gain = index - TRAILING_ENTRIES + 1 - first_before > 0
+            written = owner.replication.compact_once(tenure)
+            assert written == (kept >= threshold_bytes and gain), (index, kept, first_before)
+            outcomes.append((kept, written))
+        assert sum(written for _, written in outcomes) >= 2  # due by bytes, twice at least
+        # Just below the threshold it waited; the entry count alone never made it due.
+        assert any(kept < threshold_bytes for kept, written in outcomes if not written)
+    finally:
+        owner.stop()
