@@ -14,10 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from appliance.config.contract import sealed_contract
+from appliance.core.canonical import canonical_digest
 from appliance.replication.base import ApplyHook
 from appliance.replication.etcd import EtcdReplication
 from appliance.replication.etcd_config import build_etcd_replication
 from appliance.replication.voter_capabilities import VoterCapabilities
+
+
+def shared_contract_digest(cfg: Any) -> str:
+    """SHA-256 of the sealed contract without ``voters``: the same for every runner instance of
+    one appliance on etcd (each instance's store seals only itself as the voter)."""
+    contract = sealed_contract(cfg)
+    return canonical_digest({k: v for k, v in contract.items() if k != "voters"})
 
 
 class EtcdMember:
@@ -33,7 +42,9 @@ class EtcdMember:
         on_fatal: Callable[[BaseException], None] | None = None,
         restore: Callable[[Any, Callable[[], None]], None] | None = None,
     ) -> None:
-        # The digest travels in every snapshot's metadata: a runner refuses another contract's.
+        # Every snapshot carries a digest of the contract the runner instances share: on etcd the
+        # sealed "voters" entry names only the instance itself, so the digest leaves it out.
+        del contract_digest
         self.replication: EtcdReplication = build_etcd_replication(
             cfg,
             credentials,
@@ -42,7 +53,7 @@ class EtcdMember:
             applied_index,
             on_fatal=on_fatal,
             restore=restore,
-            contract_digest=contract_digest,
+            contract_digest=shared_contract_digest(cfg),
         )
         # Runner instances on etcd have no cluster listener to report on: the gate sees only this
         # binary (docs/raft.md, "Version gate"); one that meets an unknown kind still stops.

@@ -3,10 +3,12 @@ factory (appliance/replication/etcd_config.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
+from appliance.config.contract import contract_digest
 from appliance.config.replication import (
     ENDPOINTS_MAX,
     LEASE_TTL_SECONDS_MAX,
@@ -22,6 +24,8 @@ from appliance.config.runner import RaftTimings
 from appliance.core.schema import CrossCheck, Field, ListOf, Obj, Text, validate
 from appliance.replication.etcd import EtcdReplication
 from appliance.replication.etcd_config import build_etcd_replication, etcd_auth
+from appliance.replication.etcd_member import EtcdMember, shared_contract_digest
+from tests.runner.harness import config as harness_config
 
 ETCD = {"kind": "etcd", "endpoints": ["http://127.0.0.1:2379"], "prefix": "/appliance/prod"}
 
@@ -134,10 +138,19 @@ def test_the_factory_builds_an_etcd_replication_from_a_runner_config() -> None:
 
 
 def test_the_member_is_a_drop_in_for_the_raft_member() -> None:
-    from appliance.replication.etcd_member import EtcdMember
-
-    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0], raft=RaftTimings())
-    member = EtcdMember(cfg, None, None, lambda i, c: None, contract_digest="d", applied_index=3)
+    base = dataclasses.replace(harness_config(), replication=parse(ETCD)[0])
+    member = EtcdMember(base, None, None, lambda i, c: None, contract_digest="d", applied_index=3)
     assert member.replication.status()["applied_index"] == 3
-    assert member.replication.settings.contract_digest == "d"  # stamped on every snapshot
     member.replication.gateway.close()
+    # Each instance seals only itself as the voter; the digest stamped on every snapshot must
+    # still be the same for all instances of one appliance, and differ for another contract.
+    digests, sealed = set(), set()
+    for node_id, port in (("n1", 7001), ("n2", 7002)):
+        cfg = dataclasses.replace(base, node_id=node_id, cluster_port=port)
+        assert cfg.voters == {node_id: cfg.own_addr}  # no peers on etcd: only itself
+        digests.add(shared_contract_digest(cfg))
+        sealed.add(contract_digest(cfg))
+    assert len(sealed) == 2  # the sealed digests differ per instance...
+    assert len(digests) == 1  # ...the shared one does not
+    other = dataclasses.replace(base, replication=parse({**ETCD, "prefix": "/other"})[0])
+    assert shared_contract_digest(other) not in digests
