@@ -103,6 +103,13 @@ def test_a_runner_process_behind_three_etcd_compactions_catches_up_by_snapshot(
         # Quiet now: stop the late runner once it holds the last entry, then the owner.
         last = last_log_index(gateway, keys)
         wait_for(lambda: holds(behind.node_id, last), "the restarted runner applies the last entry")
+        # (the install can land before its startup ends; SIGTERM is handled once it has started)
+        wait_for(
+            lambda: behind.log.read_text().count('"event":"started"') == 2, "the restart completes"
+        )
+        # Followers first, so no runner is left to take ownership (and commit) after the owner.
+        third = next(v for v in cluster.voters.values() if v not in (owner, behind))
+        assert third.terminate() == 0
         assert behind.terminate() == 0
         assert owner.terminate() == 0
         assert last_log_index(gateway, keys) == last  # nothing committed after the stop
