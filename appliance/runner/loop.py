@@ -54,7 +54,7 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.core.pulse import Pulse
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
-from appliance.runner import ownership
+from appliance.runner import dispatch_outcome, ownership
 from appliance.runner.binding import authority_of, execution_id, make_binding
 from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
@@ -112,6 +112,9 @@ class Work:
     poll_s: float = OBSERVE_FIRST_POLL_S
     cancel_attempts: int = 0
     observing: bool = False
+    code: str = ""  # the committed claim's code: a re-send sends exactly the same request
+    sends: int = 1  # sends of this binding (re-sent only after "not dispatched")
+    last_observation: str = ""  # why the last observation gave no outcome (for the reasons)
 
 
 class Runner:
@@ -501,6 +504,7 @@ class Runner:
     def _start_exec(self, record: Any, binding: dict[str, Any], code: str) -> None:
         deadline = self.clock.now_s() + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
         work = Work(record.id, record.attempt, binding, deadline, record.due_s, busy=True)
+        work.code = code
         self._work[record.id] = work
         self._spawn(lambda: self.worker.execute(binding, code), "exec_done", work)
 
@@ -682,28 +686,14 @@ class Runner:
             )
             self._start_observing(work)
             return
-        if result.kind == "refused" and not ownership.permit_may_exist(self, work):
-            reason = f"worker refused: {result.code}"
-            self._commit_quietly(
-                core.RecordOutcome(
-                    work.occurrence_id, work.attempt, "failed", self._now_s(), reason=reason
-                ),
-                "outcome",
-                reason=reason,
-                **ids,
-            )
-            self._forget(work)
-            return
-        reason = f"dispatch uncertain: {result.code or ''} {result.detail}".strip()
-        if record.state is S.RUNNING:
-            self._commit_quietly(
-                ownership.mark_unknown_command(self, record, reason, self._now_s()),
-                "outcome",
-                reason=reason,
-                **ids,
-            )
-        # A later confirmed outcome still resolves Unknown: keep observing until the deadline.
-        self._start_observing(work)
+        decision = dispatch_outcome.after_exec(
+            result.kind,
+            result.code,
+            result.detail,
+            ownership.committed_view(self, work, record),
+            work.sends,
+        )
+        self._perform(work, record, decision)
 
     def _start_observing(self, work: Work) -> None:
         work.observing = True
@@ -751,21 +741,102 @@ class Runner:
             work.observing = False
             self._dirty = True
             return
+        work.last_observation = status or (
+            result.detail if isinstance(result, ObserveResult) else repr(result)
+        )
+        decision: dispatch_outcome.Decision | None = None
+        if status == "fenced":
+            fence = (
+                (result.document or {}).get("fence") if isinstance(result, ObserveResult) else None
+            )
+            why = str((fence or {}).get("reason") or "no reason given")[:200]
+            decision = dispatch_outcome.after_fenced_observation(
+                ownership.committed_view(self, work, record), why
+            )
+        elif self.clock.now_s() >= work.deadline_s:
+            decision = dispatch_outcome.at_deadline(
+                ownership.committed_view(self, work, record), work.last_observation
+            )
+        if decision is not None and not isinstance(decision, dispatch_outcome.Observe):
+            self._perform(work, record, decision)
+            return
         if self.clock.now_s() >= work.deadline_s:
-            if record.state is S.RUNNING:
-                reason = "no outcome within timeout_seconds + grace"
-                self._commit_quietly(
-                    ownership.mark_unknown_command(self, record, reason, self._now_s()),
-                    "outcome",
-                    reason=reason,
-                    **ids,
-                )
             # Unknown is never retried, but it is still observed: the real result wins.
             work.poll_s = self.unknown_poll_s
             self._later(work.poll_s, lambda: self._poll(work))
             return
         work.poll_s = min(work.poll_s * 2, OBSERVE_POLL_MAX_S)
         self._later(work.poll_s, lambda: self._poll(work))
+
+    # ---- dispatch decisions (appliance/runner/dispatch_outcome.py decides; this performs) -----
+
+    def _perform(self, work: Work, record: Any, decision: dispatch_outcome.Decision) -> None:
+        ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}
+        if isinstance(decision, dispatch_outcome.Resend):
+            work.last_observation = f"not dispatched: {decision.code}"
+            self.log.emit(
+                "dispatch_not_dispatched", sends=work.sends, delay_s=decision.delay_s, **ids
+            )
+            work.busy = True  # nothing else may touch it until the re-send is answered
+            self._later(decision.delay_s, lambda: self._resend(work))
+            return
+        if isinstance(decision, dispatch_outcome.RecordFailed):
+            self._commit_quietly(
+                core.RecordOutcome(
+                    work.occurrence_id,
+                    work.attempt,
+                    "failed",
+                    self._now_s(),
+                    reason=decision.reason,
+                ),
+                "outcome",
+                reason=decision.reason,
+                **ids,
+            )
+            self._forget(work)
+            return
+        if isinstance(decision, dispatch_outcome.Fence):
+            result = self._commit_quietly(
+                ownership.fence_dispatch_command(self, record, decision, self._now_s()),
+                "dispatch_fenced",
+                reason=decision.reason,
+                **ids,
+            )
+            if isinstance(result, Accepted):
+                self._forget(work)
+                work.observing = False
+                self._dirty = True
+                return
+            # Refused (an Admit committed first) or uncertain: observe; the deadline decides.
+        if isinstance(decision, dispatch_outcome.MarkUnknown) and record.state is S.RUNNING:
+            self._commit_quietly(
+                ownership.mark_unknown_command(self, record, decision.reason, self._now_s()),
+                "outcome",
+                reason=decision.reason,
+                **ids,
+            )
+        if not work.observing or self.clock.now_s() < work.deadline_s:
+            self._start_observing(work)
+        else:
+            work.poll_s = self.unknown_poll_s
+            self._later(work.poll_s, lambda: self._poll(work))
+
+    def _resend(self, work: Work) -> None:
+        """Send exactly the committed binding again — only while it is still this owner's
+        Running attempt and the grant holds (otherwise ``after_exec`` fences it)."""
+        work.busy = False
+        record = self._current(work)
+        if record is None:
+            return
+        committed = ownership.committed_view(self, work, record)
+        if record.state is not S.RUNNING or not committed.epoch_held or committed.grant_expired:
+            code = work.last_observation.removeprefix("not dispatched: ")
+            self._exec_done(work, ExecResult("not_dispatched", code=code))
+            return
+        work.sends += 1
+        work.deadline_s = self.clock.now_s() + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
+        binding, code = work.binding, work.code
+        self._spawn(lambda: self.worker.execute(binding, code), "exec_done", work)
 
     def _send_cancel(self, work: Work) -> None:
         if work.busy:
@@ -986,6 +1057,7 @@ class Runner:
                 self._send_cancel(work)
         if action == "acknowledge_stopped":
             self._work.pop(oid, None)
+            reply["evidence"] = ownership.unknown_evidence(self, oid)  # what was attested over
         return reply
 
 

@@ -19,6 +19,7 @@ from appliance.core import state as core
 from appliance.core.binding import Invocation, binding_from_json, binding_to_json
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
+from appliance.runner.dispatch_outcome import Committed, Fence
 from appliance.runner.machine import Accepted, Refused
 
 if TYPE_CHECKING:
@@ -85,6 +86,49 @@ def invocation_of(runner: Runner, record: Occurrence) -> Invocation:
 
 def mark_unknown_command(runner: Runner, record: Occurrence, reason: str, at_s: int) -> Any:
     return core.MarkUnknown(invocation_of(runner, record), reason, at_s)
+
+
+def committed_view(runner: Runner, work: Work, record: Occurrence) -> Committed:
+    """What the committed state says about ``work``'s attempt (``record`` is its record)."""
+    admission = runner.machine.read(lambda st: core.admission_record(st, record.id))
+    permit = None if admission is None else admission.permit_for(record.attempt)
+    described = None
+    if permit is not None:
+        described = (
+            f"granted in epoch {permit.granted_epoch} to worker incarnation {permit.incarnation}"
+        )
+    return Committed(
+        state=record.state,
+        permit=described,
+        epoch_held=runner.epoch is not None and work.binding.get("epoch") == runner.epoch,
+        grant_expired=runner.clock.now_s() >= runner.cfg.remote.expires_at.timestamp(),
+        fenced_before=max(0, record.attempt - 1 - record.retries_used),
+    )
+
+
+def fence_dispatch_command(runner: Runner, record: Occurrence, fence: Fence, at_s: int) -> Any:
+    not_before = at_s + fence.backoff_s if fence.backoff_s > 0 else None
+    return core.FenceDispatch(
+        invocation_of(runner, record), runner.epoch or 0, fence.reason, not_before, at_s
+    )
+
+
+def unknown_evidence(runner: Runner, occurrence_id: int) -> dict[str, Any]:
+    """Why the record's current attempt was Unknown, and whether a permit was committed: what
+    ``acknowledge_stopped`` answers with, so the attestation is made knowing the evidence."""
+    record, admission = runner.machine.read(
+        lambda st: (st.occurrences.get(occurrence_id), core.admission_record(st, occurrence_id))
+    )
+    if record is None:
+        return {}
+    note = None if admission is None else admission.unknown
+    reason = note.reason if note is not None and note.attempt == record.attempt else None
+    permit = None if admission is None else admission.permit_for(record.attempt)
+    return {
+        "attempt": record.attempt,
+        "unknown_reason": reason or record.failure_reason,
+        "permit_committed": permit is not None,
+    }
 
 
 def fence_after_cancel_command(runner: Runner, record: Occurrence, at_s: int) -> Any:
