@@ -118,8 +118,9 @@ def test_an_unadmitted_attempt_the_worker_reports_fenced_is_fenced_here_too() ->
 
         v.worker.on_exec = execute
         fenced_doc = {"status": "fenced", "fence": {"reason": "admission uncertain: no quorum"}}
+        completed = ObserveResult("completed")
         v.worker.on_observe = lambda eid: (
-            ObserveResult("fenced", fenced_doc) if eid.endswith("-a1") else ObserveResult("completed")
+            ObserveResult("fenced", fenced_doc) if eid.endswith("-a1") else completed
         )
         create(v)
         v.advance_to(T0 + 60)

@@ -19,7 +19,7 @@ ANSWER: dict[str, tuple[int, bytes]] = {}
 
 
 class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         status, body = ANSWER["exec"]
         self.send_response(status)
