@@ -660,10 +660,10 @@ class Runner:
         try:
             result = self._propose(command)
         except (NotOwner, Uncertain) as exc:
-            self.log.emit(f"{event}_uncertain", reason=str(exc), **fields)
+            self.log.emit(f"{event}_uncertain", **{**fields, "reason": str(exc)})
             return None
-        if isinstance(result, Refused):
-            self.log.emit(f"{event}_refused", reason=result.message, **fields)
+        if isinstance(result, Refused):  # its reason replaces the one the command carried
+            self.log.emit(f"{event}_refused", **{**fields, "reason": result.message})
         else:
             state = getattr(result.value, "state", None)
             self.log.emit(event, state=getattr(state, "value", state), **fields)

@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 from appliance.core import state as core
+from appliance.core.binding import binding_from_json
+from appliance.runner.machine import encode_command
 from appliance.runner.worker_client import ExecResult, ObserveResult
 from tests.runner.harness import T0, Voter, config, definition, wait_until
 
@@ -127,3 +129,40 @@ def test_an_unadmitted_attempt_the_worker_reports_fenced_is_fenced_here_too() ->
         record = v.wait_state(1, "Succeeded")
         assert record.attempt == 2
         assert "no quorum" in v.events("dispatch_fenced")[0]["reason"]
+
+
+class AdmitsBeforeTheFence:
+    """Replication where the worker's ``Admit`` commits just before the owner's fence: the log
+    orders them, and the apply refuses the fence."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+        self.binding: dict[str, Any] | None = None
+
+    def propose(self, command: bytes, *, timeout_s: float) -> object:
+        if b'"command":"FenceDispatch"' in command and self.binding is not None:
+            admit = core.Admit(binding_from_json(self.binding), "inc-1", T0 + 61)
+            self.inner.propose(encode_command(admit), timeout_s=timeout_s)  # type: ignore[attr-defined]
+        return self.inner.propose(command, timeout_s=timeout_s)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def test_an_admit_committed_before_the_fence_wins_and_the_attempt_is_observed() -> None:
+    with Voter(wrap=AdmitsBeforeTheFence) as v:
+        racing: AdmitsBeforeTheFence = v.runner.replication  # type: ignore[assignment]
+
+        def execute(binding: dict[str, Any]) -> ExecResult:
+            racing.binding = binding
+            return ExecResult("uncertain", detail="read timeout")
+
+        v.worker.on_exec = execute
+        v.worker.on_observe = lambda eid: ObserveResult("completed")
+        create(v)
+        v.advance_to(T0 + 60)
+        record = v.wait_state(1, "Succeeded")
+        assert record.attempt == 1  # the permit won: the same attempt, observed to its end
+        refused = v.events("dispatch_fenced_refused")
+        assert len(refused) == 1 and "permit exists" in refused[0]["reason"]
+        assert not v.events("dispatch_fenced")
