@@ -24,10 +24,14 @@ results come back through the queue. It does block on Raft commits (bounded by
 from the state it produced. A proposal whose fate is unknown (timeout) is reported as uncertain
 and the owner state is re-derived from the committed state on the next pulse.
 
-Conservatism (SPEC §1): an attempt is dispatched once; a lost acknowledgement, an ambiguous send
-or an unreachable worker marks it Unknown and it is never retried automatically; observation
-records Unknown at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after dispatch, then keeps asking
-every ``UNKNOWN_POLL_S``, so a later confirmed outcome still resolves it. Cancellation commits
+Conservatism (SPEC §1, §11): an attempt is dispatched once, and sent again only after a definite
+"not dispatched" answer (the same binding). What an uncertain or unanswered dispatch becomes is
+decided by ``dispatch_outcome`` from the committed state: without a committed permit the owner
+commits a terminal fence (``FenceDispatch``: not launched, the next attempt follows); with a permit
+it is observed, and Unknown — never retried automatically — only when its outcome stays lost at
+``timeout_seconds`` + ``OBSERVE_GRACE_S`` after the last send (or the worker reports the permit's
+invocation fenced before consume). An Unknown attempt is still asked about every
+``UNKNOWN_POLL_S``, so a later confirmed outcome still resolves it. Cancellation commits
 Cancelling before the worker is contacted; only a confirmed stop makes it Cancelled, and a
 completion that won keeps its result.
 """

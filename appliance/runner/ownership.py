@@ -7,7 +7,10 @@ without a permit are fenced and return to Pending as the next attempt; attempts 
 listed for re-observation, Cancelling ones for resumption). On a new store the first owner then
 commits ``SeedInitialSchedules``. Claims carry the full binding (``ClaimOccurrence``); admission
 is the committed ``Admit`` compare-and-set, answered only after its commit. This module turns
-those commands and their results into what the loop and the admission route need.
+those commands and their results into what the loop and the admission route need: among them
+``committed_view`` (what the committed state says about a dispatched attempt, for
+``dispatch_outcome``), the owner's own dispatch fence (``FenceDispatch``) and the evidence
+``acknowledge_stopped`` answers with.
 """
 
 from __future__ import annotations
@@ -69,10 +72,6 @@ def claim_command(runner: Runner, record: Occurrence, binding: dict[str, Any], a
     return core.ClaimOccurrence(
         record.id, record.attempt, binding["epoch"], binding_from_json(binding), at_s
     )
-
-
-def permit_may_exist(runner: Runner, work: Work) -> bool:
-    return permit_may_exist_for(runner, work.occurrence_id, work.attempt)
 
 
 def permit_may_exist_for(runner: Runner, occurrence_id: int, attempt: int) -> bool:
