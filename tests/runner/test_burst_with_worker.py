@@ -6,8 +6,8 @@ the same instant (``limits.running: 64``). The worker answers ``pool_full`` (bef
 anything) to all but four at a time; the owner keeps each attempt Running and re-sends exactly
 its committed binding with backoff until the pool takes it. All 64 end Succeeded at attempt 1.
 
-Time: ``--time-scale 5`` with ``timeout_seconds: 5`` keeps the observation deadline
-((5 + 30) / 5 = 7 real seconds) longer than the engine's real timeout (5 s).
+Time: ``--time-scale 3`` with ``timeout_seconds: 10`` keeps the observation deadline
+((10 + 30) / 3 = 13.3 real seconds) longer than the engine's real timeout (10 s).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
+from appliance.runner.loop import OBSERVE_GRACE_S
 from tests.runner.cluster import Cluster, wait_for
 
-TIME_SCALE = 5.0
-TIMEOUT_SECONDS = 5
+TIME_SCALE = 3.0
+TIMEOUT_SECONDS = 10
 BURST = 64
 
 pytestmark = pytest.mark.timeout(240)
@@ -63,6 +64,7 @@ def test_64_due_at_once_on_a_pool_of_2_plus_2_all_succeed_and_none_is_unknown(
 ) -> None:
     # The scaled clocks start at the real time: the slot is 30-90 scaled seconds ahead.
     due_s = math.ceil((time.time() + 30) / 60) * 60
+    assert (TIMEOUT_SECONDS + OBSERVE_GRACE_S) / TIME_SCALE > TIMEOUT_SECONDS
     cluster = Cluster(
         tmp_path,
         3,
