@@ -148,6 +148,7 @@ class Runner:
         self._thread = threading.Thread(target=self._run, name="runner-loop", daemon=True)
         self._stopped = threading.Event()
         self._draining = False
+        self._drain_taken = threading.Event()  # the loop has taken the "drain" item
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         # Owner state: valid only while self.epoch is not None.
@@ -213,6 +214,9 @@ class Runner:
         with contextlib.suppress(queue.Full):
             self._queue.put(("drain",), timeout=1.0)
         deadline = time.monotonic() + drain_s
+        # A loop busy with a commit must take the drain item before it is stopped; otherwise it
+        # would stop with nothing open and never drain (nor log it).
+        self._drain_taken.wait(max(0.0, deadline - time.monotonic()))
         while time.monotonic() < deadline and self._has_open_tasks():
             time.sleep(0.05)
         self._stopped.set()
@@ -287,6 +291,7 @@ class Runner:
             self._cancel_done(item[1], item[2])
         elif kind == "drain":
             self._draining = True
+            self._drain_taken.set()
             self.log.emit("draining", open_tasks=sum(1 for w in self._work.values() if w.busy))
 
     def _now_s(self) -> int:
