@@ -4,7 +4,8 @@
 Three voters and one worker with ``max_concurrent: 2, max_queued: 2``; 64 schedules are due at
 the same instant (``limits.running: 64``). The worker answers ``pool_full`` (before reserving
 anything) to all but four at a time; the owner keeps each attempt Running and re-sends exactly
-its committed binding with backoff until the pool takes it. All 64 end Succeeded at attempt 1.
+its committed binding with backoff until the pool takes it. All 64 end Succeeded at attempt 1
+(or, if an election moved ownership mid-burst, at the attempt after the takeover's fence).
 
 Time: ``--time-scale 3`` with ``timeout_seconds: 10`` keeps the observation deadline
 ((10 + 30) / 3 = 13.3 real seconds) longer than the engine's real timeout (10 s).
@@ -87,15 +88,27 @@ def test_64_due_at_once_on_a_pool_of_2_plus_2_all_succeed_and_none_is_unknown(
         states = sorted({o["state"] for o in occurrences})
         assert states == ["Succeeded"], [(o["id"], o["state"]) for o in occurrences]
         assert {o["due"] for o in occurrences} == {due_s}  # due at the same instant
-        assert all(o["attempt"] == 1 for o in occurrences)  # re-sent, never a new attempt
-        events = owner.events()
+        events = [e for voter in cluster.voters.values() for e in voter.events()]
+        # On a loaded machine an election may move ownership mid-burst: the takeover then fences
+        # the attempts that held no permit yet and the new owner claims them again. That is the
+        # takeover's rule, not a re-send; everything else must still hold.
+        taken_over = {
+            oid
+            for e in events
+            if e.get("event") == "ownership_acquired" and e.get("epoch", 1) > 1
+            for oid in e.get("fenced", [])
+        }
+        again = {o["id"] for o in occurrences if o["attempt"] != 1}
+        assert again <= taken_over, sorted(again - taken_over)  # re-sent, never a new attempt
+        assert all(o["attempt"] <= 2 for o in occurrences)
         resent = [e for e in events if e.get("event") == "dispatch_not_dispatched"]
         assert resent, "the pool was never full: the test proved nothing"
         assert not [e for e in events if e.get("event") == "dispatch_fenced"]
         outcomes = [e for e in events if e.get("event") == "outcome"]
         assert not [e for e in outcomes if e.get("state") == "Unknown"]
         claims = [e for e in events if e.get("event") == "claim"]
-        assert len(claims) == BURST  # one claim per occurrence: the same binding re-sent
+        # One claim per attempt: the same binding re-sent, a new one only after a takeover fence.
+        assert len(claims) == BURST + len(again)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\n{cluster.dump_logs()}") from None
     finally:
