@@ -369,7 +369,7 @@ class RaftDriver:
         if not target:
             return
         term = node.compact(target)
-        storage.compact(target, term, node.config.voters)
+        storage.compact(target, term, node.membership_at(target).members())
         self.compactions += 1
         self._snapshot_at_s = time.monotonic()
         if self.reclaimer is not None:

@@ -316,7 +316,7 @@ class Simulation:
         target = storage.snapshot_index_available() - int(self.trailing_entries)
         if target - node.log.snapshot_index >= self.snapshot_entries:
             term = node.compact(target)
-            storage.compact(target, term, node.config.voters)
+            storage.compact(target, term, node.membership_at(target).members())
             self.result.compactions += 1
 
     def _send(self, message: Message) -> None:
