@@ -42,7 +42,7 @@ from __future__ import annotations
 import struct
 
 from appliance.raft.errors import CodecError, DigestMismatch, RaftInvariantError
-from appliance.raft.membership import LEARNER_PREFIX
+from appliance.raft.membership import ADDRESS_CHARS_MAX, LEARNER_PREFIX
 from appliance.raft.messages import (
     AppendRequest,
     AppendResponse,
@@ -304,8 +304,8 @@ def _check_chunk(m: SnapshotChunk) -> None:
     if not 1 <= len(m.voters) <= VOTERS_MAX:
         raise CodecError(f"snapshot names {len(m.voters)} voters, expected 1-{VOTERS_MAX}")
     for member in m.voters:
-        voter = member.removeprefix(LEARNER_PREFIX)
-        if NODE_ID_PATTERN.fullmatch(voter) is None:
+        voter, _, address = member.removeprefix(LEARNER_PREFIX).partition("@")
+        if NODE_ID_PATTERN.fullmatch(voter) is None or len(address) > ADDRESS_CHARS_MAX:
             raise CodecError(f"snapshot voter is not a valid node id: {voter!r}")
     if len(m.checksum) != 64 or not set(m.checksum) <= _HEX:
         raise CodecError("snapshot checksum must be 64 lowercase hex characters")

@@ -271,7 +271,8 @@ class RaftNode:
         self._rng = rng
         self._storage = storage
         self.log = RaftLog(storage, applied_index=applied_index)
-        self._configs = ConfigHistory(self._base_membership())
+        # After a compaction the CONFIG entry's own index is gone: the snapshot's stands in.
+        self._configs = ConfigHistory(self._base_membership(), self.log.snapshot_index)
         self._load_config_entries()
         self._incoming: _IncomingSnapshot | None = None  # a follower's partial snapshot
         self._snapshot_cache: Snapshot | None = None  # a leader's image, reused across peers
@@ -390,9 +391,10 @@ class RaftNode:
 
     # -- membership change (module docstring) -------------------------------------------------
 
-    def add_learner(self, node_id: str) -> tuple[int, int]:
-        """Append a CONFIG entry adding ``node_id`` as a learner; ``(term, index)`` as propose."""
-        return self._propose_config(lambda m: m.with_learner(node_id))
+    def add_learner(self, node_id: str, address: str | None = None) -> tuple[int, int]:
+        """Append a CONFIG entry adding ``node_id`` (reachable at ``address``, host:port) as a
+        learner; returns ``(term, index)`` like ``propose``."""
+        return self._propose_config(lambda m: m.with_learner(node_id, address))
 
     def promote(self, node_id: str) -> tuple[int, int]:
         """Append a CONFIG entry making the learner ``node_id`` a voter, once it caught up."""
@@ -580,7 +582,7 @@ class RaftNode:
         """Why this node votes or does not: one line for logs and ``status``."""
         role = self.membership.role_of(self.id)
         at = self._configs.latest_index
-        where = f"the configuration at index {at}" if at else "the initial configuration"
+        where = f"the configuration at index {at}" if at else "the genesis configuration"
         if role == "voter":
             return f"voter in {where}"
         if role == "learner":
@@ -796,10 +798,10 @@ class RaftNode:
         nothing beyond the last of them if a conflicting suffix was cut."""
         self._configs.truncate_from(self.log.last_index() + 1)
         if entries:
-            self._configs.truncate_from(entries[0].index)
-        for entry in entries:
-            if entry.kind is EntryKind.CONFIG:
-                self._configs.appended(entry.index, Membership.decode(entry.data))
+            found = [
+                (e.index, Membership.decode(e.data)) for e in entries if e.kind is EntryKind.CONFIG
+            ]
+            self._configs.replace_range(entries[0].index, entries[-1].index, found)
 
     def _maybe_finish_recovery(self, m: AppendRequest, last_new: int) -> None:
         """Become a full voter once this append proves we hold the leader's log up to its
@@ -848,7 +850,7 @@ class RaftNode:
             self._send(SnapshotResponse(self.id, m.sender, self.term, m.index, 0))  # start over
             return
         self.log.restore(Snapshot(m.index, m.snapshot_term, tuple(m.voters), data))
-        self._configs.restored(Membership.from_members(tuple(m.voters)))
+        self._configs.restored(Membership.from_members(tuple(m.voters)), m.index)
         # Sent only after the driver installed the snapshot (the Ready's persist step).
         self._send(AppendResponse(self.id, m.sender, self.term, True, m.index))
 
@@ -1144,11 +1146,12 @@ class RaftNode:
         voters = [p for p in self.membership.voters if p in self._progress]
         if voters and not self._transfer_sent:
             target = max(voters, key=lambda p: (self._progress[p].match, p))
+            # Only a voter holding our whole log may be told to campaign at once (it would win
+            # over the voters still in our lease). Otherwise entries proposed after the removal
+            # are still on their way: the voters elect a leader after their timeout instead.
             if self._progress[target].match >= self.log.last_index():
                 self._send(TimeoutNow(self.id, target, self.term))
                 self._transfer_sent = True
-            else:
-                return  # not caught up: keep replicating, the next answer tries again
         self._become_follower(self.term, None)
 
     # -- ReadIndex (thesis §6.4) ----------------------------------------------------------------
