@@ -752,11 +752,10 @@ class RaftNode:
 
     def _tick_election(self) -> None:
         self._election_elapsed += 1
-        if self._election_elapsed >= self._randomized_timeout:
-            if not self.recovering and self.is_voter:
-                self._campaign()
-            else:
-                self._election_elapsed = 0
+        # A non-voter keeps counting: its lease over, it answers (refuses) vote requests.
+        timed_out = self._election_elapsed >= self._randomized_timeout
+        if timed_out and not self.recovering and self.is_voter:
+            self._campaign()
 
     def _step_follower(self, m: Message) -> None:
         if isinstance(m, AppendRequest):
