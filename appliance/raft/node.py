@@ -78,7 +78,8 @@ flight (the latest CONFIG entry is not committed) or before the leader's barrier
 a change only after the previous one committed in the leader's term). A learner receives entries
 and snapshots, never votes, never campaigns and never counts in a quorum; ``promote`` is refused
 until it has caught up (its match reaches the commit index, §4.2.1). A node that is not a voter of
-the configuration in force (a learner, or removed) neither votes nor campaigns;
+the configuration in force (a learner, or removed) never campaigns; one whose removal is
+committed (``removed``) does not vote either (a learner does: see ``removed``);
 ``member_status()`` says which and since what index. A leader that removes itself keeps leading
 (counting only the new voters, §4.2.2) until the entry commits, then sends ``TimeoutNow`` to the
 most up-to-date remaining voter (§3.10: that voter campaigns at once, skipping pre-vote, and its
@@ -578,6 +579,19 @@ class RaftNode:
     def is_voter(self) -> bool:
         return self.membership.is_voter(self.id)
 
+    @property
+    def removed(self) -> bool:
+        """Not a member of the configuration in force, and that configuration's exclusion of
+        us is committed: this node neither campaigns nor votes.
+
+        A learner still answers vote requests on the merits of the candidate's log (as in
+        etcd-io/raft): it may have been promoted by an entry it has not received yet, and a
+        candidate that holds that entry may need its vote. Only a candidate that counts it as a
+        voter counts its vote, so answering is always safe."""
+        return not self.membership.is_member(self.id) and not self.membership_at(
+            self.log.commit
+        ).is_member(self.id)
+
     def member_status(self) -> str:
         """Why this node votes or does not: one line for logs and ``status``."""
         role = self.membership.role_of(self.id)
@@ -586,7 +600,9 @@ class RaftNode:
         if role == "voter":
             return f"voter in {where}"
         if role == "learner":
-            return f"learner in {where}: receives entries, does not vote or campaign"
+            return f"learner in {where}: receives entries, never campaigns, counts in no quorum"
+        if not self.removed:
+            return f"removed by {where}, not committed yet: it no longer campaigns"
         return (
             f"removed: not a member of {where}; it no longer votes or campaigns "
             "(stop this process, or re-add it with a new store)"
@@ -730,9 +746,10 @@ class RaftNode:
             self._send(VoteResponse(self.id, m.sender, self.term, False, True))
 
     def _handle_vote_request(self, m: VoteRequest) -> None:
-        if self.recovering or not self.is_voter:
-            # A lost store forgot the log and the votes: no (pre-)vote until caught up. A
-            # learner or a removed node is no voter of the configuration in force.
+        if self.recovering or self.removed:
+            # A lost store forgot the log and the votes: no (pre-)vote until caught up. A node
+            # whose removal is committed has no say any more (and any candidate that still
+            # counts it lacks that committed entry, so it could not win its vote anyway).
             self._send(VoteResponse(self.id, m.sender, self.term, False, m.pre_vote))
             return
         can_vote = (
