@@ -76,7 +76,7 @@ force is the latest CONFIG entry in the log, committed or not, or the snapshot's
 away. ``add_learner``, ``promote`` and ``remove`` are leader-only and refused while a change is in
 flight (the latest CONFIG entry is not committed) or before the leader's barrier committed (§4.1:
 a change only after the previous one committed in the leader's term). A learner receives entries
-and snapshots, never votes, never campaigns and never counts in a quorum; ``promote`` is refused
+and snapshots, never campaigns and never counts in a quorum; ``promote`` is refused
 until it has caught up (its match reaches the commit index, §4.2.1). A node that is not a voter of
 the configuration in force (a learner, or removed) never campaigns; one whose removal is
 committed (``removed``) does not vote either (a learner does: see ``removed``);
