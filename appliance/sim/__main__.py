@@ -1,5 +1,5 @@
 """``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]
-[--leader-gone-hints] [--no-compaction]``.
+[--leader-gone-hints] [--no-compaction] [--membership]``.
 
 Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
 Exit status 1 if any seed failed.
@@ -35,6 +35,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="never compact the log (the simulator before snapshots; compaction is on by default)",
     )
+    parser.add_argument(
+        "--membership",
+        action="store_true",
+        help="change the configuration during the faults: add learners, promote them, remove "
+        "voters and the leader, crash a leader between a CONFIG append and its commit",
+    )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     args = parser.parse_args(argv)
     options = SimOptions(
@@ -44,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         liveness_ms_max=args.liveness_ms,
         leader_gone_hints=args.leader_gone_hints,
         compaction=not args.no_compaction,
+        membership=args.membership,
     )
     failures = 0
     totals = {
@@ -57,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         "leader_gone_hints": 0,
         "compactions": 0,
         "snapshots_installed": 0,
+        "config_changes": 0,
+        "config_crashes": 0,
+        "leaders_removed": 0,
     }
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed, options)
@@ -70,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         totals["leader_gone_hints"] += result.leader_gone_hints
         totals["compactions"] += result.compactions
         totals["snapshots_installed"] += result.snapshots_installed
+        totals["config_changes"] += result.config_changes
+        totals["config_crashes"] += result.config_crashes
+        totals["leaders_removed"] += result.leaders_removed
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
@@ -86,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--nodes {args.nodes} --faults {args.faults} --safety-ms {args.safety_ms} "
                 f"--liveness-ms {args.liveness_ms}"
                 f"{' --leader-gone-hints' if args.leader_gone_hints else ''}"
-                f"{' --no-compaction' if args.no_compaction else ''} --verbose"
+                f"{' --no-compaction' if args.no_compaction else ''}"
+                f"{' --membership' if args.membership else ''} --verbose"
             )
     print(
         f"{args.seeds} seeds from {args.start}, nodes={args.nodes}, faults={args.faults}: "
