@@ -24,41 +24,19 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from appliance.config.credentials import Secret
 from appliance.config.urls import Origin
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient, Response
-from appliance.worker.wire import PROTOCOL_VERSION, Binding
+from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION, Binding, invocation_document
+from appliance.worker.admission_result import AdmissionResult, Attempt
+
+__all__ = ["ADMIT_PATH", "AdmissionClient", "AdmissionResult", "Attempt", "invocation_document"]
 
 log = logging.getLogger("appliance.worker.admission")
 
-ADMIT_PATH: Final = "/scheduler/v1/admit"
 PERMIT_RESPONSE_BYTES_MAX: Final = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One URL tried: what happened there (for the record and the logs)."""
-
-    url: str
-    outcome: str  # "granted", "409", "connect_failed", "403", "ambiguous", "status_<n>", ...
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class AdmissionResult:
-    """``kind``: granted | refused (403) | uncertain (stop, a permit may exist) | unavailable."""
-
-    kind: str
-    permit: dict[str, Any] | None
-    reason: str
-    attempts: tuple[Attempt, ...] = field(default_factory=tuple)
-
-    def summary(self) -> str:
-        tried = ", ".join(f"{a.url} -> {a.outcome}" for a in self.attempts)
-        return f"{self.kind}: {self.reason} [{tried}]"
 
 
 class AdmissionClient:
@@ -89,11 +67,12 @@ class AdmissionClient:
         indexed = tuple(enumerate(self._urls))
         return indexed[first:] + indexed[:first]
 
-    def request_permit(self, binding: Binding) -> AdmissionResult:
+    def request_permit(self, binding: Binding, document: dict[str, Any]) -> AdmissionResult:
+        """One pass over the URLs for ``binding``; ``document`` is the binding as received."""
         body = json.dumps(
             {
                 "protocol": PROTOCOL_VERSION,
-                "binding": binding.document,
+                "binding": document,
                 "incarnation": self._incarnation_id,
             },
             separators=(",", ":"),
@@ -140,7 +119,7 @@ class AdmissionClient:
         self, origin: Origin, binding: Binding, response: Response, attempts: list[Attempt]
     ) -> AdmissionResult:
         if response.status == 200:
-            permit, problem = self._permit_of(response, invocation_document(binding))
+            permit, problem = self._permit_of(response, invocation_document(binding.invocation))
             if permit is not None:
                 attempts.append(Attempt(origin.url, "granted"))
                 return AdmissionResult("granted", permit, "permit granted", tuple(attempts))
@@ -191,13 +170,3 @@ def _error_code(response: Response) -> str:
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         return "no error code"
     return str(code)[:64]
-
-
-def invocation_document(binding: Binding) -> dict[str, Any]:
-    """The invocation as the wire protocol writes it (a permit repeats it)."""
-    return {
-        "namespace": binding.namespace,
-        "schedule_id": binding.schedule_id,
-        "occurrence_id": binding.occurrence_id,
-        "attempt": binding.attempt,
-    }
