@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Generator
 from typing import Any, Final
 
 from appliance.config.credentials import Secret
@@ -35,6 +36,8 @@ from appliance.worker.admission_result import AdmissionResult, Attempt
 __all__ = ["ADMIT_PATH", "AdmissionClient", "AdmissionResult", "Attempt", "invocation_document"]
 
 log = logging.getLogger("appliance.worker.admission")
+
+Reply = Response | ConnectFailed | AmbiguousSend  # what one POST came to
 
 PERMIT_RESPONSE_BYTES_MAX: Final = 64 * 1024
 
@@ -69,6 +72,36 @@ class AdmissionClient:
 
     def request_permit(self, binding: Binding, document: dict[str, Any]) -> AdmissionResult:
         """One pass over the URLs for ``binding``; ``document`` is the binding as received."""
+        steps = self.permit_pass(binding, document)
+        request = next(steps)
+        while True:
+            url, body = request
+            reply: Reply
+            try:
+                reply = self._client.post(
+                    url,
+                    body,
+                    headers={"Content-Type": "application/json"},
+                    bearer=self._bearer,
+                    fresh_connection=True,
+                    connect_timeout_ms=self._connect_timeout_ms,
+                    read_timeout_ms=self._read_timeout_ms,
+                    response_bytes_max=PERMIT_RESPONSE_BYTES_MAX,
+                )
+            except (ConnectFailed, AmbiguousSend) as exc:
+                reply = exc
+            try:
+                request = steps.send(reply)
+            except StopIteration as done:
+                return done.value
+
+    def permit_pass(
+        self, binding: Binding, document: dict[str, Any]
+    ) -> Generator[tuple[str, bytes], Reply, AdmissionResult]:
+        """The pass as decisions, without I/O: yields ``(url, body)`` to POST, is sent what
+        came back (a ``Response``, or the ``ConnectFailed`` / ``AmbiguousSend`` raised), and
+        returns the result. ``request_permit`` drives it over HTTP; the system simulator drives
+        it over its simulated network."""
         body = json.dumps(
             {
                 "protocol": PROTOCOL_VERSION,
@@ -80,34 +113,23 @@ class AdmissionClient:
         ).encode("utf-8")
         attempts: list[Attempt] = []
         for index, origin in self._order():
-            url = origin.url + ADMIT_PATH
-            try:
-                response = self._client.post(
-                    url,
-                    body,
-                    headers={"Content-Type": "application/json"},
-                    bearer=self._bearer,
-                    fresh_connection=True,
-                    connect_timeout_ms=self._connect_timeout_ms,
-                    read_timeout_ms=self._read_timeout_ms,
-                    response_bytes_max=PERMIT_RESPONSE_BYTES_MAX,
-                )
-            except ConnectFailed as exc:
-                attempts.append(Attempt(origin.url, "connect_failed", exc.reason))
+            reply = yield (origin.url + ADMIT_PATH, body)
+            if isinstance(reply, ConnectFailed):
+                attempts.append(Attempt(origin.url, "connect_failed", reply.reason))
                 continue  # definite: nothing was sent, the next voter may be the owner
-            except AmbiguousSend as exc:
-                attempts.append(Attempt(origin.url, "ambiguous", exc.reason))
+            if isinstance(reply, AmbiguousSend):
+                attempts.append(Attempt(origin.url, "ambiguous", reply.reason))
                 return AdmissionResult(
                     "uncertain",
                     None,
-                    f"ambiguous send to {origin.url}: {exc.reason}",
+                    f"ambiguous send to {origin.url}: {reply.reason}",
                     tuple(attempts),
                 )
-            if response.status == 409:
-                attempts.append(Attempt(origin.url, "409", _error_code(response)))
+            if reply.status == 409:
+                attempts.append(Attempt(origin.url, "409", _error_code(reply)))
                 continue
             self._first = index  # this voter answered as the owner: ask it first next time
-            return self._judge(origin, binding, response, attempts)
+            return self._judge(origin, binding, reply, attempts)
         return AdmissionResult(
             "unavailable",
             None,
