@@ -37,8 +37,8 @@ from appliance.core.binding import (
     check_binding,
     expires_at_s,
 )
+from appliance.core.claims import ClaimBlock, claim_block
 from appliance.core.commands import Observe, ObserveReport
-from appliance.core.definition import OverlapPolicy
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
 from appliance.core.policy_apply import _observe
@@ -80,12 +80,22 @@ def _claim_now(txn: Txn, cmd: ObserveAndClaim, occurrence_id: int) -> ClaimOccur
         return "stale_epoch: the command's epoch is not the current ownership epoch"
     record = txn.require_occurrence(occurrence_id)
     schedule = txn.require_schedule(record.schedule_id)
-    if record.state is not S.PENDING or record.retry_waiting:
+    if record.state is not S.PENDING:
         return f"occurrence {record.id} is {record.state.value}"
-    if txn.running >= txn.limits.running:
+    # A just-created record is its schedule's newest: it is first in line (nothing reserving, no
+    # older Pending) exactly when it is the schedule's only live record, this apply included.
+    block = claim_block(
+        retry_waiting=record.retry_waiting,
+        running=txn.running,
+        running_max=txn.limits.running,
+        overlap=schedule.definition.policy.overlap,
+        first_in_line=txn.nonterminal(schedule.id) == 1,
+    )
+    if block is ClaimBlock.RETRY_WAITING:
+        return f"occurrence {record.id} is {record.state.value}"
+    if block is ClaimBlock.RUNNING_LIMIT:
         return f"running: limit of {txn.limits.running} reached"
-    concurrent = schedule.definition.policy.overlap is OverlapPolicy.CONCURRENT
-    if not concurrent and txn.nonterminal(schedule.id) != 1:
+    if block is ClaimBlock.OVERLAP:
         return f"overlap: schedule {schedule.id} has other live occurrences"
     at_s = cmd.observe.at_s
     binding = claim_binding(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from appliance.core.claims import ClaimBlock, claim_block
 from appliance.core.commands import (
     AcknowledgeStopped,
     Cancel,
@@ -205,23 +206,31 @@ def _claim(txn: Txn, cmd: Claim) -> Occurrence:
     _check_instant("at_s", cmd.at_s)
     record = txn.require_occurrence(cmd.occurrence_id, cmd.attempt)
     if record.state is S.PENDING:
-        if record.retry_waiting:
-            raise RetryNotDue(f"occurrence {record.id}: retry-waiting until {record.not_before_s}")
-        if txn.running >= txn.limits.running:
-            raise ClaimRefused(f"running: limit of {txn.limits.running} reached")
         schedule = txn.schedule(record.schedule_id)
+        # The committed Pending ids; empty only for a record created in this very apply
+        # (ObserveAndClaim claims one only when it is its schedule's sole live record).
+        pending = txn.state.pending_ids(record.schedule_id)
+        head = pending[0] if pending else record.id
+        busy = txn.state._index.reserving[record.schedule_id]
+        overlap = (
+            OverlapPolicy.CONCURRENT if schedule is None else schedule.definition.policy.overlap
+        )
+        block = claim_block(
+            retry_waiting=record.retry_waiting,
+            running=txn.running,
+            running_max=txn.limits.running,
+            overlap=overlap,
+            first_in_line=not busy and head == record.id,
+        )
+        if block is ClaimBlock.RETRY_WAITING:
+            raise RetryNotDue(f"occurrence {record.id}: retry-waiting until {record.not_before_s}")
+        if block is ClaimBlock.RUNNING_LIMIT:
+            raise ClaimRefused(f"running: limit of {txn.limits.running} reached")
         if schedule is None:
             raise ClaimRefused(f"occurrence {record.id}: its schedule was deleted")
-        overlap = schedule.definition.policy.overlap
-        if overlap is not OverlapPolicy.CONCURRENT:
-            if txn.state._index.reserving[schedule.id]:
-                raise ClaimRefused(f"occurrence {record.id}: schedule has active work")
-            # The committed Pending ids; empty only for a record created in this very apply
-            # (ObserveAndClaim claims one only when it is its schedule's sole live record).
-            pending = txn.state.pending_ids(schedule.id)
-            head = pending[0] if pending else record.id
-            if overlap is OverlapPolicy.QUEUE and head != record.id:
-                raise ClaimRefused(f"occurrence {record.id}: occurrence {head} is first (Queue)")
+        if block is ClaimBlock.OVERLAP:
+            why = "schedule has active work" if busy else f"occurrence {head} is first"
+            raise ClaimRefused(f"occurrence {record.id}: {why}")
     claimed = transition(record, Event.CLAIM, cmd.at_s)
     txn.put_occurrence(claimed)
     return claimed

@@ -20,35 +20,18 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
+from appliance.runner.applied import Accepted, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import READER_VERSION_CANCELLING
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """The command applied; ``value`` is the core's result."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Refused:
-    """The command was committed but the core refused it (nothing changed)."""
-
-    error: CoreError
-
-    @property
-    def message(self) -> str:
-        return str(self.error)
+__all__ = ["Accepted", "Machine", "Refused", "decode_command", "encode_command"]
 
 
 def encode_command(command: Any) -> bytes:

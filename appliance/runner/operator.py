@@ -11,20 +11,25 @@ when this voter is not the acquired owner (with the leader it knows), 503 with
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.runner.command_table import COMMANDS, MUTATIONS
+
+__all__ = [
+    "ACTIONS",
+    "MUTATIONS",
+    "OperatorCommand",
+    "OperatorError",
+    "build_mutation",
+    "error_reply",
+    "parse_operator",
+]
+
 LINE_BYTES_MAX: Final = 256 * 1024  # a 64 KiB definition, escaped, fits
-ACTIONS: Final = {
-    "status": (),
-    "list": (),
-    "create": ("definition",),
-    "disable": ("id",),
-    "delete": ("id",),
-    "cancel": ("occurrence_id",),
-    "acknowledge_stopped": ("occurrence_id", "dispatcher_and_work_quiesced"),
-}
-MUTATIONS: Final = frozenset({"create", "disable", "delete", "cancel", "acknowledge_stopped"})
+# action → argument fields; the rows live in appliance/runner/command_table.py.
+ACTIONS: Final = {action: spec.fields for action, spec in COMMANDS.items()}
 
 
 class OperatorError(Exception):
@@ -85,10 +90,8 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
         if key not in document:
             raise OperatorError(400, "invalid_command", f"{key}: required for {action}")
     args = {k: v for k, v in document.items() if k != "action"}
-    if action in ("disable", "delete"):
-        _id(args["id"], "id")
-    if action in ("cancel", "acknowledge_stopped"):
-        _id(args["occurrence_id"], "occurrence_id")
+    for key in COMMANDS[action].id_fields:
+        _id(args[key], key)
     if action == "acknowledge_stopped" and args["dispatcher_and_work_quiesced"] is not True:
         raise OperatorError(
             400,
@@ -99,3 +102,17 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
     if action == "create" and not isinstance(args["definition"], dict):
         raise OperatorError(400, "invalid_command", "definition: must be an object")
     return OperatorCommand(action, args)
+
+
+def build_mutation(
+    command: OperatorCommand, at_s: int, check_definition: Callable[[Any], Any]
+) -> Any:
+    """The core command a mutating operator command commits (its row's ``build``);
+    ``check_definition`` parses a create's definition or raises ``OperatorError``."""
+    spec = COMMANDS[command.action]
+    if spec.build is None:
+        raise OperatorError(400, "invalid_command", f"action: {command.action} changes nothing")
+    args = dict(command.args)
+    if "definition" in spec.fields:
+        args["definition"] = check_definition(args["definition"])
+    return spec.build(args, at_s)

@@ -1,4 +1,5 @@
-"""Ownership, claims and admission: how the loop uses the core's ownership commands.
+"""Ownership, claims and admission: pure helpers that turn the core's ownership commands and
+results into what the owner core and the admission route need.
 
 Theory of operation (SPEC §6 "Ownership", "Admission"; the rules live in appliance.core.ownership
 and appliance.core.admission): after the term barrier the new leader commits
@@ -6,23 +7,22 @@ and appliance.core.admission): after the term barrier the new leader commits
 without a permit are fenced and return to Pending as the next attempt; attempts with a permit are
 listed for re-observation, Cancelling ones for resumption). On a new store the first owner then
 commits ``SeedInitialSchedules``. Claims carry the full binding (``ClaimOccurrence``); admission
-is the committed ``Admit`` compare-and-set, answered only after its commit. This module turns
-those commands and their results into what the loop and the admission route need.
+is the committed ``Admit`` compare-and-set, answered only after its commit. The sequence itself
+(barrier, acquire, seed) is the owner core's (appliance/runner/owner.py); these functions read
+the committed state they are given and build commands, nothing else.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from appliance.core import state as core
 from appliance.core.binding import Invocation, binding_from_json, binding_to_json
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
-from appliance.runner.machine import Accepted, Refused
-
-if TYPE_CHECKING:
-    from appliance.runner.loop import Runner, Work
+from appliance.runner.applied import Accepted, Refused
 
 
 @dataclass(frozen=True)
@@ -37,18 +37,7 @@ class OwnershipRefused(CoreError):
     """The ownership transition was committed but refused (e.g. a stale term)."""
 
 
-def acquire(runner: Runner, at_s: int) -> Acquired:
-    """Commit ownership (and, on a new store, the initial schedules); raise on failure."""
-    result = runner._propose(core.AcquireOwnership(runner.node_id, runner.term, at_s))
-    if isinstance(result, Refused):
-        raise OwnershipRefused(result.message)
-    takeover: core.Takeover = result.value
-    if takeover.needs_seed:
-        seeded = runner._propose(core.SeedInitialSchedules(tuple(runner.cfg.schedules), at_s))
-        if isinstance(seeded, Refused):
-            runner.log.emit("initial_schedules_refused", reason=seeded.message)
-        else:
-            runner.log.emit("initial_schedules", ids=list(seeded.value))
+def acquired_of(takeover: core.Takeover) -> Acquired:
     return Acquired(
         takeover.epoch,
         tuple(takeover.reobserve),
@@ -57,38 +46,34 @@ def acquire(runner: Runner, at_s: int) -> Acquired:
     )
 
 
-def binding_of(runner: Runner, record: Occurrence) -> dict[str, Any] | None:
+def binding_of(st: core.SchedulerState, record: Occurrence) -> dict[str, Any] | None:
     """The committed claim's binding of the record's current attempt, as wire JSON."""
-    admission = runner.machine.read(lambda st: core.admission_record(st, record.id))
+    admission = core.admission_record(st, record.id)
     claim = None if admission is None else admission.claim_for(record.attempt)
     return None if claim is None else binding_to_json(claim)
 
 
-def claim_command(runner: Runner, record: Occurrence, binding: dict[str, Any], at_s: int) -> Any:
+def claim_command(record: Occurrence, binding: Mapping[str, Any], at_s: int) -> Any:
     return core.ClaimOccurrence(
         record.id, record.attempt, binding["epoch"], binding_from_json(binding), at_s
     )
 
 
-def permit_may_exist(runner: Runner, work: Work) -> bool:
-    return permit_may_exist_for(runner, work.occurrence_id, work.attempt)
-
-
-def permit_may_exist_for(runner: Runner, occurrence_id: int, attempt: int) -> bool:
-    admission = runner.machine.read(lambda st: core.admission_record(st, occurrence_id))
+def permit_may_exist(st: core.SchedulerState, occurrence_id: int, attempt: int) -> bool:
+    admission = core.admission_record(st, occurrence_id)
     return admission is not None and admission.permit_for(attempt) is not None
 
 
-def invocation_of(runner: Runner, record: Occurrence) -> Invocation:
-    return Invocation(runner.cfg.remote.namespace, record.schedule_id, record.id, record.attempt)
+def invocation_of(namespace: str, record: Occurrence) -> Invocation:
+    return Invocation(namespace, record.schedule_id, record.id, record.attempt)
 
 
-def mark_unknown_command(runner: Runner, record: Occurrence, reason: str, at_s: int) -> Any:
-    return core.MarkUnknown(invocation_of(runner, record), reason, at_s)
+def mark_unknown_command(namespace: str, record: Occurrence, reason: str, at_s: int) -> Any:
+    return core.MarkUnknown(invocation_of(namespace, record), reason, at_s)
 
 
-def fence_after_cancel_command(runner: Runner, record: Occurrence, at_s: int) -> Any:
-    return core.FenceAfterCancel(invocation_of(runner, record), at_s)
+def fence_after_cancel_command(namespace: str, record: Occurrence, at_s: int) -> Any:
+    return core.FenceAfterCancel(invocation_of(namespace, record), at_s)
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
@@ -96,7 +81,7 @@ def _error(code: str, message: str) -> dict[str, Any]:
 
 
 def admit_command(
-    binding: dict[str, Any], incarnation: str, at_s: int
+    binding: Mapping[str, Any], incarnation: str, at_s: int
 ) -> Any | tuple[int, dict[str, Any]]:
     """The ``Admit`` command to propose, or a definite 403 answer for a malformed binding."""
     try:

@@ -19,41 +19,19 @@ The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but sti
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any, Final
 
 from appliance.config.credentials import Secret
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
 from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION
 from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
+from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
 
 RESPONSE_BYTES_MAX: Final = 512 * 1024
 CONNECT_TIMEOUT_MS: Final = 2_000
 EXEC_READ_TIMEOUT_MS: Final = 30_000  # exec waits for the admission commit and the submit
 OBSERVE_READ_TIMEOUT_MS: Final = 5_000
 CANCEL_READ_TIMEOUT_MS: Final = 30_000  # the worker waits for the child to be reaped
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    kind: str  # accepted | refused | uncertain
-    execution_id: str | None = None
-    code: str | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class ObserveResult:
-    status: str | None  # reserved, running, completed, failed, timed_out, cancelled, lost, fenced
-    document: dict[str, Any] | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class CancelResult:
-    result: str | None  # fenced_before_consume, stopped, completed, stopping, unknown
-    report: dict[str, Any] | None = None
-    detail: str = ""
 
 
 def _body(document: dict[str, Any]) -> bytes:

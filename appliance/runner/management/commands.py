@@ -23,19 +23,15 @@ from typing import Any, Final
 
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.limits import Limits
+from appliance.runner.command_table import COMMANDS, MUTATIONS, RECOVERY_ACTIONS
+
+__all__ = ["MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
 
 # action → argument fields (the stdin document without ``action``); order is documentation order.
+# The rows live in appliance/runner/command_table.py.
 COMMAND_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
-    "status": (),
-    "list": (),
-    "create": ("definition",),
-    "disable": ("id",),
-    "cancel": ("occurrence_id",),
-    "delete": ("id",),
-    "acknowledge_stopped": ("occurrence_id", "dispatcher_and_work_quiesced"),
+    action: spec.fields for action, spec in COMMANDS.items()
 }
-RECOVERY_ACTIONS: Final = frozenset({"acknowledge_stopped"})
-MUTATIONS: Final = frozenset({"create", "disable", "cancel", "delete", "acknowledge_stopped"})
 ID_MAX: Final = 2**63 - 1  # ids are increasing integers; anything larger is not one of ours
 
 
@@ -108,14 +104,13 @@ def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> d
         if key not in arguments:
             raise _shape(f"{key}: required for {action}", key)
     document: dict[str, Any] = {"action": action}
-    if action in ("disable", "delete"):
-        document["id"] = _positive_id(arguments["id"], "id")
-    elif action in ("cancel", "acknowledge_stopped"):
-        document["occurrence_id"] = _positive_id(arguments["occurrence_id"], "occurrence_id")
-        if action == "acknowledge_stopped":
-            document["dispatcher_and_work_quiesced"] = True
-    elif action == "create":
-        document["definition"] = _definition(arguments["definition"], limits)
+    for key in expected:
+        if key in COMMANDS[action].id_fields:
+            document[key] = _positive_id(arguments[key], key)
+        elif key == "definition":
+            document[key] = _definition(arguments[key], limits)
+        elif key == "dispatcher_and_work_quiesced":
+            document[key] = True  # checked above: exactly true
     return document
 
 
