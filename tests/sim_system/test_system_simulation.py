@@ -26,7 +26,7 @@ from appliance.core.occurrence import Occurrence
 from appliance.runner import owner as owner_module
 from appliance.runner import ownership
 from appliance.runner.worker_answers import CancelResult
-from appliance.sim.system import checkers, world
+from appliance.sim.system import checkers, voter, worker_process, world
 from appliance.sim.system.world import SystemResult, run_system_seed
 from appliance.worker.memory_store import MemoryWorkerStore
 
@@ -99,8 +99,8 @@ def test_the_simulator_drives_the_owner_and_worker_core_that_ship() -> None:
     from appliance.runner import loop
     from appliance.worker import service
 
-    assert world.Owner is owner_module.Owner is loop.Owner
-    assert world.LaunchCore is service.LaunchCore
+    assert voter.Owner is owner_module.Owner is loop.Owner
+    assert worker_process.LaunchCore is service.LaunchCore
 
 
 def test_unknown_occurrences_are_counted_with_and_without_a_committed_permit() -> None:
