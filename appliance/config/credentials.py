@@ -8,69 +8,34 @@ value used for two roles (SPEC §6: operator, recovery, worker, admission and cl
 must all differ, so one leaked credential never grants another role's authority). Error messages
 name the variable and the roles, never the value.
 
-A ``Secret`` never shows its value in ``str``/``repr``/``format``, refuses pickling and
-copying, and exposes the value only through ``reveal()`` (for the HTTP client that sends it) and
-``matches()`` (for the HTTP server that checks it, via ``hmac.compare_digest``).
+The values are held as ``Secret`` (appliance/secret.py, a leaf module the HTTP layer imports
+without importing the config package).
 """
 
 from __future__ import annotations
 
-import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, NoReturn
+from typing import Final
 
 from appliance.config.runner import RunnerConfig
 from appliance.config.worker import WorkerConfig
 from appliance.core.errors import InvalidConfig
+from appliance.secret import Secret, matches
+
+__all__ = [
+    "RunnerCredentials",
+    "Secret",
+    "WorkerCredentials",
+    "matches",
+    "resolve_runner_credentials",
+    "resolve_worker_credentials",
+]
 
 CREDENTIAL_BYTES_MAX: Final = 4096
 # Visible ASCII only: the value travels as "Authorization: Bearer <value>".
 _HEADER_SAFE: Final = re.compile(r"[\x21-\x7e]+")
-
-
-class Secret:
-    """A credential value that does not print itself."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The value, for the one place that must send it (an Authorization header)."""
-        return self._value
-
-    def matches(self, presented: str | bytes) -> bool:
-        return matches(presented, self)
-
-    def __repr__(self) -> str:
-        return "Secret(<redacted>)"
-
-    __str__ = __repr__
-
-    def __format__(self, _spec: str) -> str:
-        return repr(self)
-
-    def __eq__(self, other: object) -> bool:
-        # Equality would invite `==` on secrets (not constant time); compare with matches().
-        return self is other
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def __reduce__(self) -> NoReturn:
-        raise TypeError("a Secret cannot be pickled")
-
-
-def matches(presented: str | bytes, expected: Secret | str | bytes) -> bool:
-    """Constant-time comparison of a presented bearer token with the expected credential."""
-    if isinstance(expected, Secret):
-        expected = expected.reveal()
-    left = presented.encode("utf-8", "surrogateescape") if isinstance(presented, str) else presented
-    right = expected.encode("utf-8", "surrogateescape") if isinstance(expected, str) else expected
-    return hmac.compare_digest(left, right)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from appliance.core.schema import (
     join,
     show,
 )
+from appliance.http.client import InvalidUrl, split_url
 
 ENDPOINTS_MAX: Final = 16
 ENDPOINT_BYTES_MAX: Final = 512
@@ -62,10 +63,6 @@ RAFT: Final = RaftBackend()
 
 
 def _endpoint(value: object, path: str, problems: Problems) -> Any:
-    # Imported here: appliance.http imports the config package (credentials), so a module-level
-    # import would be circular.
-    from appliance.http.client import InvalidUrl, split_url
-
     text = Text(ENDPOINT_BYTES_MAX, 1).check(value, path, problems)
     if not isinstance(text, str):
         return text

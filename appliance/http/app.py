@@ -14,10 +14,10 @@ from typing import Any
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http.auth import BearerAuth, CredentialTable
 from appliance.http.errors import make_error_serializer
 from appliance.http.limits import BodyCap
+from appliance.secret import Secret
 
 
 def create_app(

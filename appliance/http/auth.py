@@ -31,8 +31,8 @@ from typing import Any
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http.errors import ApiError
+from appliance.secret import Secret
 
 log = logging.getLogger("appliance.http.auth")
 

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from appliance.config.credentials import Secret
 from appliance.http.polling import STALE_EVENTS, has_events
+from appliance.secret import Secret
 
 log = logging.getLogger("appliance.http.client")
 

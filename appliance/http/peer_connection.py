@@ -26,7 +26,6 @@ import contextlib
 import socket
 from collections.abc import Mapping
 
-from appliance.config.credentials import Secret
 from appliance.http.client import (
     AmbiguousSend,
     ConnectFailed,
@@ -35,6 +34,7 @@ from appliance.http.client import (
     describe_connect_error,
 )
 from appliance.http.polling import STALE_EVENTS, has_events
+from appliance.secret import Secret
 
 HEAD_BYTES_MAX = 16 * 1024  # status line + headers of a response
 RECV_BYTES = 64 * 1024

@@ -12,27 +12,25 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from appliance.clock import Clock as WallClock
+from appliance.clock import SystemClock as WallSystemClock
+
 # A wall clock can jump; re-checking at least this often bounds how late a jump is noticed.
 SYSTEM_WAIT_SECONDS_MAX = 30.0
 
 
-class Clock(Protocol):
-    """Source of aware UTC instants plus an interruptible wait.
+class Clock(WallClock, Protocol):
+    """The wall clock (appliance/clock.py) plus an interruptible wait.
 
     ``wait`` returns when ``now() >= deadline`` (``None``: no deadline), when ``wakeup`` is set,
     or spuriously; callers re-check their state after every return.
     """
 
-    def now(self) -> datetime: ...
-
     def wait(self, wakeup: threading.Event, deadline: datetime | None) -> None: ...
 
 
-class SystemClock:
-    """The real wall clock."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+class SystemClock(WallSystemClock):
+    """The real wall clock, with ``Event.wait`` as the wait."""
 
     def wait(self, wakeup: threading.Event, deadline: datetime | None) -> None:
         timeout_s = SYSTEM_WAIT_SECONDS_MAX

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from appliance.config.credentials import Secret
 from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
@@ -28,6 +27,7 @@ from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
 from appliance.metrics.voters import VoterProbe
 from appliance.protocol.v1 import EXECUTIONS_PREFIX
 from appliance.runner.binding import execution_id
+from appliance.secret import Secret
 
 T = TypeVar("T")
 

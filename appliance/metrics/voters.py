@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
 from appliance.config.addresses import HostPort
-from appliance.config.credentials import Secret
 from appliance.http import ClientError, HttpClient
 from appliance.metrics.runner import VoterView
+from appliance.secret import Secret
 
 RAFT_STATUS_PATH: Final = "/raft/v1/status"
 PROBE_TIMEOUT_MS: Final = 500

@@ -16,9 +16,9 @@ from typing import Any, Final
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http import ApiError, create_app, read_json_object
 from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION
+from appliance.secret import Secret
 
 __all__ = ["ADMIT_PATH", "BODY_BYTES_MAX", "PROTOCOL_VERSION", "create_admission_app"]
 

@@ -28,11 +28,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.clock import RunnerClock
 from appliance.config.runner import RunnerConfig
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
-from appliance.runner.clock import Clock
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
@@ -104,7 +104,7 @@ def proposal_outcome(raw: Any) -> Outcome:
     if isinstance(raw, Accepted | Refused):
         return raw
     if isinstance(raw, NotLeader):
-        return NotLeaderAnswer(getattr(raw, "leader_hint", None))
+        return NotLeaderAnswer(getattr(raw, "leader_hint", None), str(raw))
     if isinstance(raw, ProposalLost):
         return LostAnswer(str(raw))
     if isinstance(raw, BaseException):
@@ -120,7 +120,7 @@ class Runner:
         machine: Machine,
         replication: Any,
         worker: WorkerClient,
-        clock: Clock,
+        clock: RunnerClock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
     ) -> None:
@@ -325,7 +325,7 @@ class Runner:
         try:
             self.replication.read_barrier(timeout_s=BARRIER_TIMEOUT_S)
         except NotLeader as exc:
-            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None))
+            failure = NotLeaderAnswer(getattr(exc, "leader_hint", None), str(exc))
         except Exception as exc:
             failure = FailedAnswer(str(exc))
         else:

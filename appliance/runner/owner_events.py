@@ -22,6 +22,7 @@ class NotLeaderAnswer:
     """The replication layer said this voter does not lead (nothing was or will be committed)."""
 
     leader_hint: str | None = None
+    detail: str = ""
 
 
 @dataclass(frozen=True)

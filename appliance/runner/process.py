@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
+from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
 from appliance.config.addresses import HostPort
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
@@ -42,7 +43,6 @@ from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
 from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
-from appliance.runner.clock import Clock, OffsetClock, ScaledClock, SystemClock
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
@@ -63,13 +63,13 @@ def _fail(stream: TextIO, message: str) -> None:
 
 def make_clock(
     time_scale: float | None, environ: Mapping[str, str], *, offset_s: float | None = None
-) -> Clock:
+) -> RunnerClock:
     """The injected wall clock; ``ValueError`` when scaling or an offset is asked for outside
     testing."""
     if offset_s is not None and environ.get(TESTING_ENV) != "1":
         raise ValueError(f"--clock-offset-seconds is for tests only: it needs {TESTING_ENV}=1")
     if time_scale is None:
-        clock: Clock = SystemClock()
+        clock: RunnerClock = SystemClock()
     elif environ.get(TESTING_ENV) != "1":
         raise ValueError(f"--time-scale is for tests only: it needs {TESTING_ENV}=1")
     else:
@@ -112,7 +112,7 @@ class RunnerProcess:
         cfg: RunnerConfig,
         credentials: RunnerCredentials,
         store: RunnerStore,
-        clock: Clock,
+        clock: RunnerClock,
         log: DecisionLog,
         *,
         network: NetworkOverride | None = None,

@@ -21,11 +21,11 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from appliance.config.credentials import Secret
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
 from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION
 from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.secret import Secret
 
 RESPONSE_BYTES_MAX: Final = 512 * 1024
 CONNECT_TIMEOUT_MS: Final = 2_000

@@ -27,10 +27,10 @@ import logging
 from collections.abc import Generator
 from typing import Any, Final
 
-from appliance.config.credentials import Secret
 from appliance.config.urls import Origin
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient, Response
 from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION, Binding, invocation_document
+from appliance.secret import Secret
 from appliance.worker.admission_result import AdmissionResult, Attempt
 
 __all__ = ["ADMIT_PATH", "AdmissionClient", "AdmissionResult", "Attempt", "invocation_document"]

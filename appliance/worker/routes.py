@@ -15,10 +15,10 @@ from typing import Final
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http import ApiError, create_app, read_json_object
 from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION, invocation_of
 from appliance.protocol.v1 import EXECUTIONS_ROUTE as EXECUTIONS_PATH
+from appliance.secret import Secret
 from appliance.worker.service import Answer, WorkerService
 from appliance.worker.wire import WireError, parse_cancel, parse_exec
 

@@ -8,9 +8,9 @@ import io
 import pytest
 
 from appliance.cli.role_runner import peer_route_arg
+from appliance.clock import OffsetClock
 from appliance.config.addresses import HostPort
 from appliance.config.contract import contract_digest
-from appliance.runner.clock import OffsetClock
 from appliance.runner.process import NetworkOverride, make_clock, run_runner
 from tests.runner.harness import config
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 
 from appliance.replication.etcd import EtcdReplication, EtcdSettings
+from tests import support
 
 WAIT_S = 15.0
 _prefixes = itertools.count(1)
@@ -26,13 +27,8 @@ class StateMachine:
             return index, len(self.applied)
 
 
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+def wait_for(predicate: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
+    support.wait_for(predicate, what, timeout_s)
 
 
 def fresh_prefix() -> str:

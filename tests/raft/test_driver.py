@@ -18,6 +18,7 @@ from appliance.raft import (
     VoteRequest,
 )
 from appliance.raft.driver import DriverStopped, Overloaded, RaftDriver
+from tests import support
 
 WAIT_S = 10.0
 
@@ -45,12 +46,7 @@ class ManualClock:
 
 
 def wait_for(predicate, what: str) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.002)
-    raise AssertionError(f"timed out waiting for {what}")
+    support.wait_for(predicate, what, WAIT_S, poll_s=0.002)
 
 
 def make_driver(voters=("n1", "n2", "n3"), **kwargs):  # type: ignore[no-untyped-def]

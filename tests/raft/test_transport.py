@@ -5,7 +5,6 @@ HTTP (waitress + the pooled client), surviving the loss of their leader."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,6 +16,7 @@ from appliance.raft import AppendResponse, HeartbeatResponse, MemoryLogStorage, 
 from appliance.raft.codec import BODY_BYTES_MAX, encode
 from appliance.raft.transport import HttpTransport, create_raft_app
 from appliance.replication import RaftReplication
+from tests import support
 
 DIGEST = "c" * 64
 CLUSTER = "cluster-token-0123456789"
@@ -187,13 +187,7 @@ def voters() -> Iterator[tuple[dict[str, Voter], dict[str, str]]]:
 
 
 def wait_for(predicate, what: str):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    return support.wait_for(predicate, what, WAIT_S)
 
 
 def leader_of(cluster: dict[str, Voter]) -> Voter:

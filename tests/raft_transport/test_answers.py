@@ -41,6 +41,7 @@ from appliance.raft.messages import (
 from appliance.raft.peer_pipeline import merge_appends
 from appliance.raft.reply_slot import ReplySlot
 from appliance.raft.transport import APPEND_PATH, HttpTransport, create_raft_app
+from tests import support
 
 CLUSTER = "cluster-token-abcd"
 DIGEST = "d" * 64
@@ -57,11 +58,7 @@ def append(prev_index: int, count: int, *, term: int = 4, commit: int = 0) -> Ap
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.002)
+    support.wait_for(predicate, what, WAIT_S, poll_s=0.002)
 
 
 # -- merging queued appends ----------------------------------------------------------------------

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -42,6 +41,7 @@ from appliance.raft.transport import (
     create_raft_app,
     path_for,
 )
+from tests import support
 
 CLUSTER = "cluster-token-abcd"
 ADMISSION = "admission-token-efgh"
@@ -104,11 +104,7 @@ class Follower:
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.005)
+    support.wait_for(predicate, what, WAIT_S)
 
 
 @pytest.fixture

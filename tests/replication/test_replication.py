@@ -14,6 +14,7 @@ import pytest
 from appliance.raft import MemoryLogStorage, Message, NotLeader
 from appliance.raft.codec import decode, encode
 from appliance.replication import Leadership, RaftReplication, single
+from tests import support
 
 DIGEST = "d" * 64
 WAIT_S = 10.0
@@ -48,12 +49,7 @@ class Loopback:
 
 
 def wait_for(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
+    support.wait_for(predicate, what, WAIT_S)
 
 
 @pytest.fixture

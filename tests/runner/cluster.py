@@ -19,11 +19,11 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tests import support
 from tests.ports import free_ports
 
 T = TypeVar("T")
@@ -54,13 +54,7 @@ DEMO = {
 
 
 def wait_for(predicate: Callable[[], T | None], what: str, timeout_s: float = WAIT_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+    return support.wait_for(predicate, what, timeout_s, poll_s=0.05)  # type: ignore[return-value]
 
 
 class Voter:

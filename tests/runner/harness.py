@@ -6,8 +6,8 @@ from __future__ import annotations
 import io
 import json
 import threading
-import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from appliance.config.runner import parse_runner_config
@@ -18,6 +18,7 @@ from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
 from appliance.runner.process import answer_line
 from appliance.runner.worker_client import CancelResult, ExecResult, ObserveResult
+from tests import support
 
 T0 = 1_800_000_000  # 2027-01-15T08:00:00Z, a whole minute
 WAIT_S = 10.0
@@ -74,6 +75,9 @@ class ManualClock:
     def now_s(self) -> float:
         with self._lock:
             return self._now_s
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.now_s(), UTC)
 
     def set(self, now_s: float) -> None:
         with self._lock:
@@ -204,10 +208,4 @@ class Voter:
 
 
 def wait_until(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
+    return support.wait_for(predicate, what, timeout_s, poll_s=0.01)

@@ -219,6 +219,7 @@ def test_past_the_grant_expiry_nothing_is_claimed_and_admission_is_refused() -> 
         create(v, overlap="Concurrent")
         v.advance_to(T0 + 60)
         v.wait_state(1, "Running")
+        wait_until(lambda: v.worker.calls, "the dispatch")  # it follows the committed claim
         binding = v.worker.calls[0][1]
         v.advance_to(T0 + 120)
         v.wait_state(2, "Pending")

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from appliance.clock import ScaledClock, SystemClock
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.runner import parse_runner_config
-from appliance.runner.clock import ScaledClock, SystemClock
 from appliance.runner.process import EXPIRY_WARNING_S, expiry_warning, make_clock, run_runner
 from appliance.store.runner_store import RunnerStore
 

@@ -30,7 +30,7 @@ from typing import Any, Final, Protocol
 
 import falcon
 
-from appliance.config.credentials import RunnerCredentials, Secret
+from appliance.config.credentials import RunnerCredentials
 from appliance.core.limits import Limits
 from appliance.http import ApiError, create_app, read_json_object
 from appliance.runner.management.commands import Refused, check_command
@@ -42,6 +42,7 @@ from appliance.runner.management.replies import (
     error_outcome,
     run_command,
 )
+from appliance.secret import Secret
 
 log = logging.getLogger("appliance.runner.management")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from appliance.config.addresses import HostPort, is_loopback_host
-from appliance.config.credentials import RunnerCredentials, Secret
+from appliance.config.credentials import RunnerCredentials
 from appliance.core.limits import Limits
 from appliance.http import HttpServer
 from appliance.runner.management.app import (
@@ -20,6 +20,7 @@ from appliance.runner.management.app import (
     create_management_app,
 )
 from appliance.runner.management.gateway import CommandGateway
+from appliance.secret import Secret
 
 
 class NotLoopback(ValueError):

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Final, Protocol
 
-from appliance.config.credentials import Secret
 from appliance.core.limits import Limits
+from appliance.secret import Secret
 
 START_S: Final = 1_800_000_000  # the wall clock's origin (2027-01-15)
 TICK_MS: Final = 100

@@ -1,0 +1,217 @@
+"""The owner core's answers to callers: admission requests and operator commands.
+
+Theory of operation (SPEC §6 "Admission", seeds/001 "Operator commands"): an admission is the
+committed ``Admit`` compare-and-set, proposed at once (not a serial decision: concurrent permit
+requests share Raft appends) and answered only from its committed result. An operator command
+is ``list`` (the local, possibly stale, view), ``status`` (after a read barrier) or a mutation
+(the core command of its row in appliance/runner/command_table.py, answered after its commit;
+503 ``uncertain`` when the commit's fate is unknown).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from appliance.config.rfc3339 import format_utc
+from appliance.config.runner import RunnerConfig
+from appliance.core import state as core
+from appliance.core.definition import parse_definition
+from appliance.core.errors import CoreError
+from appliance.core.occurrence import OccurrenceState
+from appliance.runner import ownership
+from appliance.runner.applied import Refused
+from appliance.runner.operator import (
+    MUTATIONS,
+    OperatorCommand,
+    OperatorError,
+    build_mutation,
+    error_reply,
+)
+from appliance.runner.owner_attempts import AttemptDecisions
+from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Reply
+from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
+
+S = OccurrenceState
+
+
+class RequestDecisions(AttemptDecisions):
+    cfg: RunnerConfig
+    node_id: str
+    epoch: int | None
+    term: int
+    leader_hint: str | None
+    _draining: bool
+    _admissions: dict[int, tuple[int, Mapping[str, Any]]]  # proposal token -> (request, binding)
+
+    def _rebuild_pulse(self) -> None:
+        raise NotImplementedError
+
+    def _compiled_for(self, definition: Any) -> Any:
+        raise NotImplementedError
+
+    def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Any:
+        raise NotImplementedError
+
+    # ---- admission ---------------------------------------------------------------------------
+
+    def _not_owner_answer(self, message: str) -> tuple[int, dict[str, Any]]:
+        return 409, {
+            "error": {"code": "not_owner", "message": message, "leader_hint": self.leader_hint}
+        }
+
+    def _admit(self, request: int, binding: Mapping[str, Any], incarnation: str) -> None:
+        """Propose ``Admit`` without waiting, so concurrent permit requests share Raft appends;
+        the driver may answer a committed outcome at once (``answers_admission``)."""
+        if self.epoch is None:
+            self._answer_admission(request, binding, self._not_owner_answer("not the owner"))
+            return
+        command = ownership.admit_command(binding, incarnation, self._now_s())
+        if isinstance(command, tuple):  # a definite refusal before any proposal
+            self._answer_admission(request, binding, command)
+            return
+        token = next(self._tokens)
+        self._admissions[token] = (request, binding)
+        self._out.append(Propose(token, command, answers_admission=request))
+
+    def _admit_done(self, request: int, binding: Mapping[str, Any], outcome: Outcome) -> None:
+        try:
+            result = self._interpret(outcome)
+        except NotOwner:
+            reply = self._not_owner_answer("ownership lost")
+        except Uncertain as exc:
+            reply = 503, {"error": {"code": "uncertain", "message": str(exc)}}
+        else:
+            reply = ownership.admit_answer(result)
+        self._answer_admission(request, binding, reply)
+
+    def _answer_admission(
+        self, request: int, binding: Mapping[str, Any], reply: tuple[int, dict[str, Any]]
+    ) -> None:
+        status, body = reply
+        oid = binding.get("occurrence_id") if isinstance(binding, Mapping) else None
+        work = self._work.get(oid) if isinstance(oid, int) else None
+        self._emit_log(
+            "admission",
+            status=status,
+            occurrence=oid,
+            attempt=binding.get("attempt") if isinstance(binding, Mapping) else None,
+            epoch=binding.get("epoch") if isinstance(binding, Mapping) else None,
+            late_ms=self._late_ms(work.due_s) if work is not None else None,
+            refusal=(body.get("error") or {}).get("code") if status != 200 else None,
+        )
+        self._out.append(Reply(request, reply))
+
+    # ---- operator commands -------------------------------------------------------------------
+
+    def _not_owner(self) -> OperatorError:
+        return OperatorError(
+            409,
+            "not_owner",
+            "this voter is not the acquired owner; send the command to the leader",
+            leader_hint=self.leader_hint,
+        )
+
+    def _operator_reply(self, request: int, command: OperatorCommand) -> Chain[None]:
+        try:
+            reply = yield from self._operator(command)
+        except OperatorError as err:
+            reply = err.reply()
+        self._out.append(Reply(request, reply))
+
+    def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
+        action = command.action
+        if action == "list":
+            view = self._read(core.list_view)
+            return {"ok": True, "stale_local_view": True, "node": self.node_id, **view}
+        if self.epoch is None:
+            raise self._not_owner()
+        if action == "status":
+            return (yield from self._status())
+        if self._draining:
+            raise OperatorError(503, "draining", "the runner is shutting down", accepted=False)
+        if action not in MUTATIONS:
+            raise OperatorError(400, "invalid_command", f"action: {action} is not a mutation")
+        return (yield from self._mutate(command))
+
+    def _status(self) -> Chain[dict[str, Any]]:
+        done = yield from self._barrier()
+        if isinstance(done.failure, NotLeaderAnswer):
+            self._lose_ownership(self.leader_hint)
+            raise self._not_owner()
+        if done.failure is not None:
+            raise OperatorError(
+                503, "unavailable", f"no quorum confirmed leadership: {done.failure.detail}"
+            )
+        if self.epoch is None:
+            raise self._not_owner()
+        raft = done.raft_status
+        counts = self._read(lambda st: st.counts())
+        reply: dict[str, Any] = {
+            "ok": True,
+            "node": self.node_id,
+            "term": raft.get("term", self.term),
+            "ownership": {"node": self.node_id, "epoch": self.epoch},
+            "commit_index": raft.get("commit_index"),
+            "applied_index": raft.get("applied_index"),
+            "grant_expires_at": format_utc(self.cfg.remote.expires_at),
+            "grant_expired": self._wall_s >= self.cfg.remote.expires_at.timestamp(),
+            "counts": {
+                "records": counts.records,
+                "outstanding": counts.outstanding,
+                "running": counts.running,
+                "by_state": counts.by_state,
+            },
+        }
+        if self.time_scale != 1.0:
+            reply["time_scale"] = self.time_scale
+        return reply
+
+    def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
+        action, args = command.action, command.args
+        cmd = build_mutation(command, self._now_s(), self._check_definition)
+        try:
+            result = yield from self._propose(cmd)
+        except NotOwner:
+            raise self._not_owner() from None
+        except Uncertain as exc:
+            raise OperatorError(
+                503, "uncertain", str(exc), outcome="uncertain", retry_safe=False
+            ) from None
+        if isinstance(result, Refused):
+            self._emit_log("operator_refused", action=action, reason=result.message)
+            return error_reply(400, "refused", result.message)
+        self._emit_log("operator", action=action, **_ids(args))
+        return self._after_mutation(action, args, result.value)
+
+    def _check_definition(self, document: Any) -> Any:
+        """A create's definition, parsed and compiled, or a 400 naming the problem."""
+        try:
+            definition = parse_definition(document, self.cfg.limits, "definition")
+            self._compiled_for(definition)
+        except CoreError as err:
+            raise OperatorError(400, "invalid_definition", str(err)) from None
+        return definition
+
+    def _after_mutation(self, action: str, args: dict[str, Any], value: Any) -> dict[str, Any]:
+        if action == "create":
+            self._rebuild_pulse()
+            return {"ok": True, "action": action, "id": value}
+        if action in ("disable", "delete"):
+            self._rebuild_pulse()
+            return {"ok": True, "action": action, "id": args["id"]}
+        oid = args["occurrence_id"]
+        state = getattr(value, "state", None)
+        reply = {"ok": True, "action": action, "occurrence_id": oid, "state": state.value}
+        if action == "cancel" and state is S.CANCELLING:
+            work = self._work.get(oid) or self._work_for_existing(oid, self._deadline_s())
+            if work is not None:
+                work.cancel_attempts = 0
+                self._send_cancel(work)
+        if action == "acknowledge_stopped":
+            self._work.pop(oid, None)
+        return reply
+
+
+def _ids(args: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in args.items() if k in ("id", "occurrence_id")}

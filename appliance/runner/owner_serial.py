@@ -1,0 +1,162 @@
+"""The owner core's serial decisions: continuations keyed by the tokens they await.
+
+Theory of operation: the runner loop used to block on a commit and take nothing else from its
+queue meanwhile, so every decision was made from the state the previous one produced. The owner
+keeps that rule without blocking: a decision that needs a commit is a generator that *yields*
+the proposals (or the read barrier) it waits for and is resumed with their outcomes; while one is
+suspended, every other event is held, in order, and handled once it finishes. The claims of one
+pulse are yielded together, so they are proposed at once and Raft batches them. See
+appliance/runner/owner.py for the contract.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Generator
+from typing import Any, Protocol, TypeVar
+
+from appliance.core import state as core
+from appliance.runner.applied import Accepted, Refused
+from appliance.runner.owner_events import (
+    BarrierDone,
+    Effect,
+    Event,
+    FailedAnswer,
+    LogRecord,
+    LostAnswer,
+    NotLeaderAnswer,
+    Outcome,
+    ProposalDone,
+    Propose,
+    ReadBarrier,
+    ReplyFailed,
+    SetTimer,
+)
+
+T = TypeVar("T")
+
+# What a serial decision yields: the proposals / barriers it waits for, all at once.
+Asks = tuple[Propose | ReadBarrier, ...]
+Chain = Generator[Asks, list[Any], T]
+
+
+class StateReader(Protocol):
+    def read(self, fn: Callable[[core.SchedulerState], T]) -> T: ...
+
+
+class Uncertain(Exception):
+    """A proposal whose fate is unknown: it may still commit."""
+
+
+class NotOwner(Exception):
+    """This voter is not the acquired owner (or stopped being it)."""
+
+
+class SerialCore:
+    """Tokens, effects, timers and the one suspended decision; the owner builds on it."""
+
+    def __init__(self, state: StateReader, time_scale: float) -> None:
+        self.time_scale = time_scale
+        self._read = state.read
+        self._tokens = itertools.count(1)
+        self._out: list[Effect] = []
+        self._wall_s = 0.0
+        # The serial decision in progress: its continuation, its caller, the answers it awaits.
+        self._chain: Chain[Any] | None = None
+        self._chain_request: int | None = None
+        self._awaited: dict[int, Any] = {}
+        self._awaited_order: list[int] = []
+        self._backlog: deque[Event] = deque()
+        self._timers: dict[int, Callable[[], None]] = {}
+        self._dirty = True  # a commit happened: what may be claimed may have changed
+
+    def _handle_now(self, event: Event) -> None:  # the owner's event handling
+        raise NotImplementedError
+
+    def _lose_ownership(self, hint: str | None) -> None:
+        raise NotImplementedError
+
+    # ---- serial decisions (continuations keyed by token) --------------------------------------
+
+    def _awaits(self, event: Event) -> bool:
+        return isinstance(event, ProposalDone | BarrierDone) and event.token in self._awaited
+
+    def _deliver(self, event: ProposalDone | BarrierDone) -> None:
+        self._awaited[event.token] = event.outcome if isinstance(event, ProposalDone) else event
+        if any(v is None for v in self._awaited.values()):
+            return
+        answers = [self._awaited[t] for t in self._awaited_order]
+        self._awaited, self._awaited_order = {}, []
+        self._step(answers)
+
+    def _run(self, chain: Chain[Any], request: int | None = None) -> None:
+        self._chain, self._chain_request = chain, request
+        self._step(None)
+
+    def _step(self, answers: list[Any] | None) -> None:
+        chain = self._chain
+        if chain is None:
+            return
+        try:
+            asks = chain.send(answers)  # type: ignore[arg-type]
+        except StopIteration:
+            self._chain = self._chain_request = None
+            return
+        except Exception as exc:  # a bug must not kill scheduling silently
+            self._emit_log("loop_error", error=repr(exc))
+            if self._chain_request is not None:
+                self._out.append(ReplyFailed(self._chain_request, repr(exc)))
+            self._chain = self._chain_request = None
+            return
+        self._awaited = {ask.token: None for ask in asks}
+        self._awaited_order = [ask.token for ask in asks]
+        self._out.extend(asks)
+
+    def _drain_backlog(self) -> None:
+        while self._chain is None and self._backlog:
+            self._handle_now(self._backlog.popleft())
+
+    def _proposals(self, commands: list[Any]) -> Chain[list[Outcome]]:
+        """Propose independent commands at once, so Raft batches their appends and fsyncs; the
+        raw outcomes in the same order."""
+        if not commands:
+            return []
+        return (yield tuple(Propose(next(self._tokens), c) for c in commands))
+
+    def _propose(self, command: Any) -> Chain[Accepted | Refused]:
+        (outcome,) = yield from self._proposals([command])
+        return self._interpret(outcome)
+
+    def _barrier(self) -> Chain[BarrierDone]:
+        (done,) = yield (ReadBarrier(next(self._tokens)),)
+        return done  # type: ignore[no-any-return]
+
+    def _interpret(self, outcome: Outcome) -> Accepted | Refused:
+        """A proposal's outcome, or NotOwner / Uncertain."""
+        if isinstance(outcome, NotLeaderAnswer):
+            self._lose_ownership(outcome.leader_hint)
+            raise NotOwner(outcome.detail or "not the leader")
+        if isinstance(outcome, LostAnswer):
+            raise Uncertain(f"the proposal was overwritten: {outcome.detail}")
+        if isinstance(outcome, FailedAnswer):
+            raise Uncertain(outcome.detail)
+        self._dirty = True
+        return outcome
+
+    # ---- small helpers -----------------------------------------------------------------------
+
+    def _emit_log(self, event: str, **fields: Any) -> None:
+        self._out.append(LogRecord(event, fields))
+
+    def _now_s(self) -> int:
+        return int(self._wall_s)
+
+    def _late_ms(self, due_s: int) -> float:
+        """How long after its due instant something happened, in real milliseconds."""
+        return round((self._wall_s - due_s) * 1000 / self.time_scale, 2)
+
+    def _later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        token = next(self._tokens)
+        self._timers[token] = fn
+        self._out.append(SetTimer(token, delay_s))

@@ -1,0 +1,184 @@
+"""The owner core on its own: events in, effects out, no threads or clocks (a transcript test
+bench that commits each ``Propose`` through the real apply, in order)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.runner.machine import Machine, encode_command
+from appliance.runner.operator import OperatorCommand
+from appliance.runner.owner import Owner
+from appliance.runner.owner_events import (
+    BarrierDone,
+    DispatchRequest,
+    ExecAnswered,
+    FailedAnswer,
+    LeadershipChanged,
+    LogRecord,
+    ObserveAnswered,
+    ObserveRequest,
+    OperatorRequest,
+    ProposalDone,
+    Propose,
+    ReadBarrier,
+    Reply,
+    SetTimer,
+    Tick,
+    TimerFired,
+)
+from appliance.runner.worker_answers import ExecResult, ObserveResult
+from tests.runner.harness import T0, config, definition
+
+RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
+SANS_IO = [
+    "owner.py",
+    "owner_serial.py",
+    "owner_attempts.py",
+    "owner_requests.py",
+    "owner_events.py",
+    "applied.py",
+    "worker_answers.py",
+    "ownership.py",
+    "command_table.py",
+    "operator.py",
+]
+FORBIDDEN = {"time", "threading", "socket", "random", "queue", "concurrent", "asyncio", "os"}
+
+
+@pytest.mark.parametrize("name", SANS_IO)
+def test_the_owner_modules_do_no_io(name: str) -> None:
+    tree = ast.parse((RUNNER / name).read_text())
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    assert not roots & FORBIDDEN
+
+
+class Bench:
+    """Feeds an Owner; commits proposals through a real Machine only when told to."""
+
+    def __init__(self) -> None:
+        self.cfg = config()
+        self.machine = Machine(None, self.cfg.limits)
+        self.owner = Owner(cfg=self.cfg, state=self.machine)
+        self.wall_s = float(T0 + 1)
+        self.index = 0
+        self.pending: list[Any] = []  # effects not yet answered
+        self.logs: list[LogRecord] = []
+
+    def feed(self, event: Any) -> list[Any]:
+        out = self.owner.handle(event, self.wall_s)
+        self.logs += [e for e in out if isinstance(e, LogRecord)]
+        self.pending += [e for e in out if not isinstance(e, LogRecord)]
+        return out
+
+    def take(self, kind: type) -> Any:
+        for effect in self.pending:
+            if isinstance(effect, kind):
+                self.pending.remove(effect)
+                return effect
+        raise AssertionError(f"no {kind.__name__} among {self.pending}")
+
+    def commit(self, propose: Propose) -> list[Any]:
+        self.index += 1
+        result = self.machine.apply(self.index, encode_command(propose.command))
+        return self.feed(ProposalDone(propose.token, result))
+
+    def settle(self) -> None:
+        """Answer every barrier and commit every proposal, in order, until none is pending."""
+        while any(isinstance(e, Propose | ReadBarrier) for e in self.pending):
+            effect = next(e for e in self.pending if isinstance(e, Propose | ReadBarrier))
+            self.pending.remove(effect)
+            if isinstance(effect, ReadBarrier):
+                self.feed(BarrierDone(effect.token, None, {"term": 1}))
+            else:
+                self.commit(effect)
+
+    def acquire(self) -> None:
+        self.feed(LeadershipChanged(True, 1, "v1"))
+        self.feed(Tick())
+        self.settle()
+        assert self.owner.epoch == 1
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        return [dict(r.fields) for r in self.logs if r.event == name]
+
+
+def test_ownership_is_a_barrier_then_the_committed_transition() -> None:
+    bench = Bench()
+    bench.feed(LeadershipChanged(True, 1, "v1"))
+    bench.feed(Tick())
+    barrier = bench.take(ReadBarrier)
+    assert bench.owner.epoch is None and not bench.pending  # nothing proposed before the barrier
+    bench.feed(BarrierDone(barrier.token, None))
+    propose = bench.take(Propose)
+    assert type(propose.command).__name__ == "AcquireOwnership"
+    bench.commit(propose)
+    assert bench.owner.epoch is None  # a new store: the initial schedules are committed first
+    seed = bench.take(Propose)
+    assert type(seed.command).__name__ == "SeedInitialSchedules"
+    bench.commit(seed)
+    assert bench.owner.epoch == 1
+    assert bench.events("ownership_acquired")[0]["epoch"] == 1
+
+
+def test_a_serial_decision_holds_other_events_until_its_answer_arrives() -> None:
+    bench = Bench()
+    bench.acquire()
+    create = OperatorCommand("create", {"definition": definition()})
+    bench.feed(OperatorRequest(7, create))
+    propose = bench.take(Propose)
+    bench.feed(OperatorRequest(8, OperatorCommand("list", {})))  # waits behind the create
+    assert not any(isinstance(e, Reply) for e in bench.pending)
+    out = bench.commit(propose)
+    replies = [e for e in out if isinstance(e, Reply)]
+    assert [r.request for r in replies] == [7, 8]
+    assert replies[0].value["id"] == 1 and len(replies[1].value["schedules"]) == 1
+
+
+def test_an_uncertain_dispatch_is_unknown_and_only_observed_afterwards() -> None:
+    bench = Bench()
+    bench.acquire()
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": definition()})))
+    bench.settle()
+    bench.wall_s = T0 + 60
+    bench.feed(Tick())
+    bench.settle()  # the folded observation and claim
+    dispatch = bench.take(DispatchRequest)
+    assert dispatch.binding["occurrence_id"] == 1
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="ambiguous send")))
+    bench.settle()
+    assert bench.machine.read(lambda st: st.occurrences[1].state.value) == "Unknown"
+    for _ in range(3):  # polls: observe again, never dispatch again
+        timer = bench.take(SetTimer)
+        bench.feed(TimerFired(timer.token))
+        observe = bench.take(ObserveRequest)
+        bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="404")))
+        bench.feed(Tick())
+        bench.settle()
+        assert not any(isinstance(e, DispatchRequest) for e in bench.pending)
+
+
+def test_a_failed_proposal_of_a_claim_is_adopted_once_it_is_seen_committed() -> None:
+    bench = Bench()
+    bench.acquire()
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": definition()})))
+    bench.settle()
+    bench.wall_s = T0 + 60
+    bench.feed(Tick())
+    folded = bench.take(Propose)
+    bench.index += 1
+    bench.machine.apply(bench.index, encode_command(folded.command))  # it did commit...
+    bench.feed(ProposalDone(folded.token, FailedAnswer("timed out")))  # ...but no one said so
+    assert not any(isinstance(e, DispatchRequest) for e in bench.pending)
+    bench.feed(Tick())
+    bench.settle()
+    assert [e["occurrence"] for e in bench.events("claim_adopted")] == [1]
+    assert sum(isinstance(e, DispatchRequest) for e in bench.pending) == 1
