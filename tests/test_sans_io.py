@@ -1,4 +1,4 @@
-"""The policy core, the wire protocol module and the Raft core are sans-I/O (SPEC §2, STYLE "Our habits").
+"""The policy core, the wire protocol module and the Raft core are sans-I/O (SPEC §2, STYLE).
 
 They take time and randomness as arguments and return decisions; they never import a clock,
 threads, sockets, the SQLite driver or the HTTP stack, and never read the wall clock. Only the Raft
