@@ -42,17 +42,6 @@ DEFINITION: Final = {
         "retry": {"max_retries": 1, "delay_seconds": 30},
     },
 }
-LAUNCH_STEPS: Final = (
-    "validated",
-    "pool_reserved",
-    "reserved",
-    "permit_received",
-    "permit_recorded",
-    "consumed",
-    "submitted",
-    "receipt_recorded",
-    "fenced",
-)
 
 
 @dataclass(frozen=True)
