@@ -68,6 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seeds} seeds from {args.start}: {failures} failed in {elapsed_s:.0f} s; "
         f"totals {dict(sorted(totals.items()))}"
     )
+    occurrences = max(1, totals["occurrences"])
+    print(
+        f"Unknown per 100 occurrences: {100 * totals.get('Unknown', 0) / occurrences:.1f} "
+        f"(with a committed permit {100 * totals['unknown_with_permit'] / occurrences:.1f}, "
+        f"without {100 * totals['unknown_without_permit'] / occurrences:.1f})"
+    )
     return 1 if failures else 0
 
 
