@@ -30,29 +30,71 @@ class CommandSpec:
     # The core command it commits, from the checked arguments (a create's ``definition`` is the
     # parsed Definition) and the wall instant; None for the read-only commands.
     build: Callable[[Mapping[str, Any], int], Any] | None = None
+    description: str = ""  # what an agent reads (the MCP tool, the OpenAPI document)
+    # Fields an MCP schema does not mark required: their absence is a content refusal (400,
+    # a tool error), never a malformed call.
+    schema_optional: tuple[str, ...] = ()
 
     @property
     def mutates(self) -> bool:
         return self.build is not None
 
 
+_ACK_DESCRIPTION: Final = (
+    "Recovery only: mark an Unknown or unresolved Cancelling occurrence Abandoned, releasing its "
+    "running and overlap reservations, without replay. dispatcher_and_work_quiesced must be true "
+    "and may ONLY be set after a human operator has established that the old dispatcher can no "
+    "longer submit and that the accepted work has stopped. Agents must never infer, assume or "
+    "auto-approve this attestation: ask the human and pass exactly what they attested. It does "
+    "not cancel a previously admitted permit and does not undo external effects."
+)
+
 _ROWS: Final = (
-    CommandSpec("status", ()),
-    CommandSpec("list", ()),
     CommandSpec(
-        "create", ("definition",), build=lambda a, at_s: core.CreateSchedule(a["definition"], at_s)
+        "status",
+        (),
+        description="Status of this voter: node, term, acquired ownership (node, epoch), "
+        "commit index, grant expiry and counts. Answers 409 on a voter that is not the "
+        "acquired owner, naming the leader it knows.",
     ),
     CommandSpec(
-        "disable", ("id",), ("id",), build=lambda a, at_s: core.DisableSchedule(a["id"], at_s)
+        "list",
+        (),
+        description="List schedules and occurrences. This is explicitly a stale local "
+        "view of this voter's replica, not a linearizable read.",
+    ),
+    CommandSpec(
+        "create",
+        ("definition",),
+        build=lambda a, at_s: core.CreateSchedule(a["definition"], at_s),
+        description="Create a schedule from a definition (code, cron, timezone, policy). "
+        "Creation has no request deduplication: after an uncertain result, inspect "
+        "the schedule list before creating again.",
+    ),
+    CommandSpec(
+        "disable",
+        ("id",),
+        ("id",),
+        build=lambda a, at_s: core.DisableSchedule(a["id"], at_s),
+        description="Disable a schedule: stops future calendar selection only; it does "
+        "not cancel occurrences already selected.",
     ),
     CommandSpec(
         "cancel",
         ("occurrence_id",),
         ("occurrence_id",),
         build=lambda a, at_s: core.Cancel(a["occurrence_id"], at_s),
+        description="Request cancellation of one occurrence. Success means cancellation "
+        "intent was recorded (Cancelling); the occurrence is Cancelled only once the engine "
+        "confirms the work stopped, and completion may still win.",
     ),
     CommandSpec(
-        "delete", ("id",), ("id",), build=lambda a, at_s: core.DeleteSchedule(a["id"], at_s)
+        "delete",
+        ("id",),
+        ("id",),
+        build=lambda a, at_s: core.DeleteSchedule(a["id"], at_s),
+        description="Delete a schedule definition; its live occurrences still run to a "
+        "terminal state.",
     ),
     CommandSpec(
         "acknowledge_stopped",
@@ -62,6 +104,8 @@ _ROWS: Final = (
         build=lambda a, at_s: core.AcknowledgeStopped(
             a["occurrence_id"], a.get("dispatcher_and_work_quiesced") is True, at_s
         ),
+        description=_ACK_DESCRIPTION,
+        schema_optional=("dispatcher_and_work_quiesced",),
     ),
 )
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}

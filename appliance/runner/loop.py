@@ -145,6 +145,8 @@ class Runner:
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
         self._requests_lock = threading.Lock()
+        # Whether observation or cancellation is pending: published by the loop thread after
+        # each turn, read by drain_and_stop (the owner itself is touched by the loop thread only).
         self._open_tasks = False
 
     # ---- what the owner knows, for status views and tests ------------------------------------
@@ -219,18 +221,14 @@ class Runner:
         with contextlib.suppress(queue.Full):
             self._queue.put(_Feed(Drain()), timeout=1.0)
         deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline and self._open_tasks_now():
+        while time.monotonic() < deadline and self._open_tasks:
             time.sleep(0.05)
         self._stopped.set()
-        self._queue.put(_Stop())
+        with contextlib.suppress(queue.Full):  # stopped is set: the loop ends within a wake
+            self._queue.put(_Stop(), timeout=1.0)
         self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._proposer.shutdown(wait=False, cancel_futures=True)
-
-    def _open_tasks_now(self) -> bool:
-        # Published by the loop thread after each event; a drain requested before the loop ran
-        # the Drain item still sees the last value, as the old loop's direct read did.
-        return self._open_tasks
 
     def _feed(self, event: Event) -> None:
         """Hand an answer back to the loop (from a pool thread): it must never be dropped."""

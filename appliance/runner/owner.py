@@ -29,9 +29,17 @@ Who feeds what (the driver, appliance/runner/loop.py, or a simulator):
   cancellation go on. ``has_open_tasks()`` says whether observation or cancellation is pending.
 
 Tokens are chosen by the owner (one counter; unique per Owner instance) and only echoed by the
-driver. A proposal whose outcome is ``FailedAnswer`` may still commit: the owner treats it as
-uncertain and re-derives what it needs from the committed state later (never by re-proposing a
-dispatch).
+driver. An owner waits for every answer it asked for: the driver bounds each proposal and barrier
+(a timeout is a ``FailedAnswer``) and each worker call. A process that crashes discards its Owner;
+the next one starts empty and rebuilds what it needs from the committed state after acquiring
+ownership (re-observing admitted attempts, resuming cancellations). A proposal whose outcome is
+``FailedAnswer`` may still commit: the owner treats it as uncertain and re-derives what it needs
+from the committed state later (a claim it sees committed is adopted and dispatched then, for the
+first time; nothing dispatched is ever dispatched again).
+
+The decision points, one method each (owner_attempts.py): ``_exec_done`` (the dispatch answer:
+accepted, refused, or Unknown), ``_observed`` and ``_observation_deadline`` (an observed outcome;
+Unknown past timeout_seconds + grace), ``_cancel_done`` (Cancelled only on a confirmed stop).
 
 Serial decisions, as the loop made them: where a decision waits on a commit (observe → folded
 claim → claim-ready; barrier → acquire → seed; an outcome; an operator mutation → reply), the

@@ -1,4 +1,6 @@
-"""The seven management MCP tools: names, descriptions, JSON Schemas, and who may see them.
+"""The management MCP tools, one per command of the table: names, JSON Schemas, who sees them.
+
+The rows (fields, ids, role, description) are in appliance/runner/command_table.py.
 
 Arguments are the stdin commands of seeds/001 without ``action``; ``status`` and ``list`` take an
 empty object. Schemas are JSON Schema 2020-12 with ``additionalProperties: false`` everywhere, so
@@ -22,6 +24,7 @@ from appliance.core.definition import (
     TIMEZONE_BYTES_MAX,
 )
 from appliance.core.limits import Limits
+from appliance.runner.command_table import COMMANDS, CommandSpec
 from appliance.runner.management.commands import allowed_actions
 
 _ID: Final = {"type": "integer", "minimum": 1}
@@ -91,76 +94,33 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
     )
 
 
-_ACK_DESCRIPTION: Final = (
-    "Recovery only: mark an Unknown or unresolved Cancelling occurrence Abandoned, releasing its "
-    "running and overlap reservations, without replay. dispatcher_and_work_quiesced must be true "
-    "and may ONLY be set after a human operator has established that the old dispatcher can no "
-    "longer submit and that the accepted work has stopped. Agents must never infer, assume or "
-    "auto-approve this attestation: ask the human and pass exactly what they attested. It does "
-    "not cancel a previously admitted permit and does not undo external effects."
-)
+def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, Any]:
+    if field in spec.id_fields:
+        return dict(_ID)
+    if field == "definition":
+        return definition_schema(limits)
+    if field == "dispatcher_and_work_quiesced":
+        return {
+            "type": "boolean",
+            "description": "true only when a human attested quiescence; never "
+            "inferred or auto-approved by an agent",
+        }
+    raise ValueError(f"{spec.action}.{field}: no JSON Schema for this field")
 
 
 def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
-    """tool name → {action, description, inputSchema}, in documentation order."""
-    return {
-        "scheduler_status": {
-            "action": "status",
-            "description": "Status of this voter: node, term, acquired ownership (node, epoch), "
-            "commit index, grant expiry and counts. Answers 409 on a voter that is not the "
-            "acquired owner, naming the leader it knows.",
-            "inputSchema": _object({}),
-        },
-        "scheduler_list": {
-            "action": "list",
-            "description": "List schedules and occurrences. This is explicitly a stale local "
-            "view of this voter's replica, not a linearizable read.",
-            "inputSchema": _object({}),
-        },
-        "scheduler_create": {
-            "action": "create",
-            "description": "Create a schedule from a definition (code, cron, timezone, policy). "
-            "Creation has no request deduplication: after an uncertain result, inspect "
-            "the schedule list before creating again.",
-            "inputSchema": _object({"definition": definition_schema(limits)}, ("definition",)),
-        },
-        "scheduler_disable": {
-            "action": "disable",
-            "description": "Disable a schedule: stops future calendar selection only; it does "
-            "not cancel occurrences already selected.",
-            "inputSchema": _object({"id": _ID}, ("id",)),
-        },
-        "scheduler_cancel": {
-            "action": "cancel",
-            "description": "Request cancellation of one occurrence. Success means cancellation "
-            "intent was recorded (Cancelling); the occurrence is Cancelled only once the engine "
-            "confirms the work stopped, and completion may still win.",
-            "inputSchema": _object({"occurrence_id": _ID}, ("occurrence_id",)),
-        },
-        "scheduler_delete": {
-            "action": "delete",
-            "description": "Delete a schedule definition; its live occurrences still run to a "
-            "terminal state.",
-            "inputSchema": _object({"id": _ID}, ("id",)),
-        },
-        "scheduler_acknowledge_stopped": {
-            "action": "acknowledge_stopped",
-            "description": _ACK_DESCRIPTION,
-            # The attestation is not "required" in the schema: a missing or false attestation is
-            # an operation failure (isError, status 400), not a malformed call.
-            "inputSchema": _object(
-                {
-                    "occurrence_id": _ID,
-                    "dispatcher_and_work_quiesced": {
-                        "type": "boolean",
-                        "description": "true only when a human attested quiescence; never "
-                        "inferred or auto-approved by an agent",
-                    },
-                },
-                ("occurrence_id",),
-            ),
-        },
-    }
+    """tool name → {action, description, inputSchema}, in documentation order (one per row of
+    appliance/runner/command_table.py)."""
+    tools: dict[str, dict[str, Any]] = {}
+    for action, spec in COMMANDS.items():
+        properties = {field: _field_schema(field, spec, limits) for field in spec.fields}
+        required = tuple(f for f in spec.fields if f not in spec.schema_optional)
+        tools[f"scheduler_{action}"] = {
+            "action": action,
+            "description": spec.description,
+            "inputSchema": _object(properties, required),
+        }
+    return tools
 
 
 def visible_tools(role: str, limits: Limits) -> list[dict[str, Any]]:
