@@ -65,7 +65,7 @@ class Voter:
         self.owner: Owner | None = None
         self.pending: dict[int, _Pending] = {}
         self.barriers: dict[int, tuple[int, int | None]] = {}  # read id -> (token, index)
-        self.admissions: dict[int, int] = {}  # request id -> worker request id it answers
+        self.admissions: set[int] = set()  # the request ids that are admission requests
         self.answered: set[int] = set()
         self.leadership: tuple[bool, int, str | None] = (False, 0, None)
 
@@ -320,7 +320,7 @@ class Voter:
         self.sim.request_ids += 1
         request = self.sim.request_ids
         self.sim.admission_answers[request] = answer
-        self.admissions[request] = request
+        self.admissions.add(request)
         incarnation_now = self.incarnation
 
         def route_timeout() -> None:
