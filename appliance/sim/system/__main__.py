@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
         help="fail any Unknown occurrence without a committed permit (issue 23)",
     )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
+    parser.add_argument(
+        "--progress", type=int, default=1000, help="print a progress line every this many seeds"
+    )
     args = parser.parse_args(argv)
     logging.disable(logging.CRITICAL)  # the components' own logs; the summary says enough
     options = SystemOptions(
@@ -55,9 +58,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"unknown with/without permit={result.unknown_with_permit}/"
                 f"{result.unknown_without_permit}"
             )
+        done = seed - args.start + 1
+        if args.progress and done % args.progress == 0 and done < args.seeds:
+            print(
+                f"... {done} seeds, {failures} failed, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
         if not result.ok:
             failures += 1
-            print(f"FAIL seed {seed}: {result.violation}")
+            print(f"FAIL seed {seed}: {result.violation}", flush=True)
             print(
                 f"  reproduce: python -m appliance.sim.system --seeds 1 --start {seed} "
                 f"--safety-ms {args.safety_ms} --liveness-ms {args.liveness_ms}"
