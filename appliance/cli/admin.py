@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.cli import admin_config, admin_cron, admin_ops, admin_store
+from appliance.cli import admin_config, admin_cron, admin_ops, admin_schedule, admin_store
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,5 +16,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     groups.required = True
     admin_cron.register(groups)
     admin_config.register(groups)
+    admin_schedule.register(groups)
     admin_store.register(groups)
     admin_ops.register(groups)

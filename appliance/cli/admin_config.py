@@ -46,6 +46,14 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    if _is_a_definition(args.file):
+        print(
+            f"{args.file}: this is a schedule definition, not a "
+            f"{'worker' if args.worker else 'runner'} config; check it with "
+            f"'appliance admin schedule check {args.file}'",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
     try:
         if args.worker:
             worker = load_worker_config(os.environ, args.file)
@@ -69,6 +77,17 @@ def run_check(args: argparse.Namespace) -> int:
     if args.check_env:
         print("  credentials: all set and distinct")
     return EXIT_OK
+
+
+def _is_a_definition(path: str) -> bool:
+    """Whether FILE reads as a definition (so its config problems would all be beside the point)."""
+    from appliance.cli.admin_schedule import DEFINITION_FILE_BYTES_MAX, looks_like_definition
+    from appliance.config.common import read_json_file
+
+    try:
+        return looks_like_definition(read_json_file(path, DEFINITION_FILE_BYTES_MAX))
+    except Exception:  # unreadable or not JSON: the config check reports it properly
+        return False
 
 
 def _expiry_note(expires_at: datetime, now: datetime) -> str:

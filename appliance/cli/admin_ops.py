@@ -2,15 +2,19 @@
 
 Operator commands over the management listener (docs/management.md). The bearer comes from an
 environment variable named with ``--token-env`` (never from a flag value, which would show in
-``ps`` and shell history); the address must be loopback, like the listener itself, so the token
-never crosses a network in clear. Human-readable tables by default, ``--json`` prints the
-listener's JSON reply unchanged for scripts.
+``ps`` and shell history); every address must be loopback, like the listener itself, so the token
+never crosses a network in clear. Several endpoints may be given (``--addr`` repeated, or
+``$APPLIANCE_MANAGEMENT_ADDR``): the command goes to the acquired owner among them
+(``admin_endpoints``). Human-readable tables within 100 columns by default, times in ISO 8601
+(UTC, or ``--tz``), operator-supplied text escaped (``admin_text``, ``admin_views``); ``--json``
+prints the listener's JSON reply unchanged for scripts.
 
 ``status`` also shows the voter's health view (every voter's role, term, reachability and lag, the
 acquired owner and epoch, the worker, the grant, warnings); with ``--worker-metrics`` it scrapes
 the worker's metrics listener for pool pressure. ``history SCHEDULE_ID`` prints the schedule's drop
 counters, recent drop reasons and every retained occurrence's transition timeline; ``output
-OCCURRENCE_ID`` prints an occurrence's console output, fetched through the runner from the worker.
+OCCURRENCE_ID [--attempt N]`` prints what an attempt did (console output, completion value or
+error with its stack, timings), fetched through the runner from the worker.
 
 Exit codes: 0 success; 1 refused or failed (including an uncertain outcome: the message says to
 inspect state, never to retry creation blindly); 2 invalid input (nothing was sent).
@@ -22,19 +26,29 @@ import argparse
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from appliance.config.addresses import AddressError, is_loopback_host, parse_host_port
+from appliance.cli import admin_views
+from appliance.cli.admin_endpoints import (
+    ADDR_DEFAULT,
+    ADDR_ENV,
+    Failed,
+    UsageError,
+    endpoints,
+    owner_advice,
+    send,
+)
+from appliance.cli.admin_text import BadZone, Column, escape, fit_table, iso_time, zone
 from appliance.config.loopback import ENV_NAMES
 from appliance.http import AmbiguousSend, ConnectFailed, HttpClient
+from appliance.runner.report_text import retry_note
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
-ADDR_ENV: Final = "APPLIANCE_MANAGEMENT_ADDR"
-ADDR_DEFAULT: Final = "127.0.0.1:4601"
 # The names the generated configs use (quickstart, cluster init): their admin commands need no flag.
 OPERATOR_TOKEN_ENV: Final = ENV_NAMES["operator"]
 RECOVERY_TOKEN_ENV: Final = ENV_NAMES["recovery"]
@@ -44,16 +58,21 @@ WORKER_TOKEN_ENV: Final = "MCP_SCHEDULED_WORKER_TOKEN"
 WORKER_METRICS_BYTES_MAX: Final = 1024 * 1024
 
 
-class UsageError(Exception):
-    """Invalid input: nothing was sent."""
-
-
 def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
     parser.add_argument(
         "--addr",
-        default=os.environ.get(ADDR_ENV, ADDR_DEFAULT),
-        help=f"management listener host:port, loopback only (default ${ADDR_ENV} or "
+        action="append",
+        default=None,
+        metavar="HOST:PORT",
+        help="a management listener, loopback only; repeat it (or list them comma-separated "
+        f"in ${ADDR_ENV}) and commands go to the acquired owner among them (default "
         f"{ADDR_DEFAULT})",
+    )
+    parser.add_argument(
+        "--tz",
+        default=None,
+        metavar="ZONE",
+        help="show times in this IANA zone, or 'local' (default UTC)",
     )
     parser.add_argument(
         "--token-env",
@@ -64,10 +83,36 @@ def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON reply unchanged")
 
 
+def _output_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("occurrence_id", type=int, metavar="OCCURRENCE_ID")
+    parser.add_argument(
+        "--attempt", type=int, metavar="N", help="this attempt (default: the latest dispatched)"
+    )
+
+
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "what",
+        nargs="?",
+        choices=("schedules", "occurrences"),
+        default="schedules",
+        help="schedules (default: next run, last outcome, counts) or occurrences",
+    )
+    parser.add_argument("--schedule", type=int, metavar="ID", help="occurrences of one schedule")
+    parser.add_argument("--state", choices=admin_views.STATES, help="occurrences in one state only")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=admin_views.LIMIT_DEFAULT,
+        metavar="N",
+        help=f"the newest N occurrences (default {admin_views.LIMIT_DEFAULT})",
+    )
+
+
 def register(groups: argparse._SubParsersAction) -> None:
     specs: list[tuple[str, str, Callable[[argparse.ArgumentParser], None] | None]] = [
         ("status", "status of the voter behind the listener (ownership, term, counts)", None),
-        ("list", "list schedules and occurrences (a stale local view)", None),
+        ("list", "list schedules, or occurrences (a stale local view)", _list_arguments),
         (
             "history",
             "a schedule's drop counters, recent drop reasons and occurrence timelines",
@@ -75,8 +120,9 @@ def register(groups: argparse._SubParsersAction) -> None:
         ),
         (
             "output",
-            "an occurrence's console output, fetched from the worker through the runner",
-            lambda p: p.add_argument("occurrence_id", type=int, metavar="OCCURRENCE_ID"),
+            "what an occurrence's attempt did: completion value, error and stack, console "
+            "output, timings (fetched from the worker through the runner)",
+            _output_arguments,
         ),
         (
             "create",
@@ -151,7 +197,8 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
         )
     if action == "output":
         oid = _positive(args.occurrence_id, "OCCURRENCE_ID")
-        return "GET", f"/scheduler/v1/occurrences/{oid}/output", None
+        query = "" if args.attempt is None else f"?attempt={_positive(args.attempt, '--attempt')}"
+        return "GET", f"/scheduler/v1/occurrences/{oid}/output{query}", None
     command: dict[str, Any] = {"action": action}
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
@@ -198,18 +245,6 @@ def _read_definition(source: str, stdin: Any) -> Any:
     return value
 
 
-def _base_url(addr: str) -> str:
-    try:
-        parsed = parse_host_port(addr)
-    except AddressError as exc:
-        raise UsageError(f"--addr: {exc}") from None
-    if not is_loopback_host(parsed.host):
-        raise UsageError(
-            f"--addr must be a loopback address (the listener is loopback-only), got {addr}"
-        )
-    return f"http://{parsed}"
-
-
 def _token(name: str) -> str:
     value = os.environ.get(name)
     if not value:
@@ -217,52 +252,28 @@ def _token(name: str) -> str:
     return value
 
 
-class Failed(Exception):
-    """The request failed before a reply could be read; the message says what was (not) sent."""
-
-
-def _call(
-    client: HttpClient, base: str, token: str, method: str, path: str, body: bytes | None
-) -> tuple[int, dict[str, Any]]:
-    headers = {"Content-Type": "application/json"} if body is not None else None
-    try:
-        response = client.request(method, base + path, body=body, headers=headers, bearer=token)
-    except ConnectFailed as exc:
-        raise Failed(
-            f"cannot reach the management listener ({exc.reason}); nothing was sent"
-        ) from None
-    except AmbiguousSend as exc:
-        raise Failed(
-            f"the request may have been received ({exc.reason}); its outcome is "
-            "uncertain: inspect state with 'appliance admin status' and 'list'"
-        ) from None
-    try:
-        reply = response.json()
-    except ValueError:
-        reply = None
-    if not isinstance(reply, dict):
-        raise Failed(f"unexpected HTTP {response.status} reply")
-    return response.status, reply
-
-
 def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
-        base = _base_url(args.addr)
+        bases = endpoints(args.addr)
         token = _token(args.token_env)
         method, path, body = build_request(args, stdin)
         worker = _worker_metrics_target(args)
-    except UsageError as exc:
+        tz = zone(getattr(args, "tz", None))
+    except (UsageError, BadZone) as exc:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
     client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS)
     try:
-        status, reply = _call(client, base, token, method, path, body)
+        sent = send(client, bases, token, method, path, body)
+        status, reply = sent.status, sent.reply
         health = None
         if args.ops_action == "status":
-            health_status, health_reply = _call(client, base, token, "GET", HEALTH_PATH, None)
-            health = health_reply if health_status == 200 else None
+            # On the owner, or (when none of the endpoints is the owner) the last voter that
+            # answered: its health view says why, e.g. no quorum.
+            health_sent = send(client, [sent.base], token, "GET", HEALTH_PATH, None)
+            health = health_sent.reply if health_sent.status == 200 else None
             if health is not None and worker is not None:
                 health["pool"] = _pool_pressure(client, *worker)
     except Failed as exc:
@@ -278,21 +289,36 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
         if health is not None:
             print(render_health(health), file=out)
         if ok:
-            print(_render_ok(args.ops_action, reply), file=out)
+            print(_render_ok(args, reply, tz, _is_terminal(out)), file=out)
     if not ok:
         print(describe_error(status, reply), file=err)
+        if status == 409:
+            print(f"appliance: {owner_advice(reply)}", file=err)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _is_terminal(stream: Any) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
 
 
 HEALTH_PATH: Final = "/scheduler/v1/health"
 
 
-def _render_ok(action: str, reply: dict[str, Any]) -> str:
+def _render_ok(args: argparse.Namespace, reply: dict[str, Any], tz: Any, terminal: bool) -> str:
+    action = args.ops_action
     if action == "history":
-        return render_history(reply)
+        return render_history(reply, tz)
     if action == "output":
-        return render_output(reply)
+        return render_output(reply, terminal=terminal, tz=tz)
+    if action == "list":
+        result = reply.get("result") if isinstance(reply.get("result"), dict) else {}
+        if args.what == "occurrences":
+            return admin_views.render_occurrences(
+                result, schedule=args.schedule, state=args.state, limit=args.limit, tz=tz
+            )
+        return admin_views.render_schedules(result, time.time(), tz)
     return render(reply)
 
 
@@ -300,7 +326,7 @@ def _worker_metrics_target(args: argparse.Namespace) -> tuple[str, str] | None:
     addr = getattr(args, "worker_metrics", None)
     if addr is None:
         return None
-    return _base_url(addr) + "/metrics", _token(args.worker_token_env)
+    return endpoints([addr])[0] + "/metrics", _token(args.worker_token_env)
 
 
 def _pool_pressure(client: HttpClient, url: str, token: str) -> dict[str, Any]:
@@ -324,9 +350,18 @@ def _pool_pressure(client: HttpClient, url: str, token: str) -> dict[str, Any]:
 
 def describe_error(status: int, reply: dict[str, Any]) -> str:
     error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
-    text = f"appliance: HTTP {status} {error.get('code', 'error')}: {error.get('message', '')}"
+    code, message = str(error.get("code", "error")), str(error.get("message", ""))
+    text = f"appliance: HTTP {status} {escape(code)}: {escape(message)}"
     if reply.get("leader_hint"):
-        text += f" (leader hint: {reply['leader_hint']})"
+        host = reply.get("leader_host")
+        text += f" (leader hint: {escape(str(reply['leader_hint']))}"
+        text += f" at {escape(str(host))})" if host else ")"
+    problems = error.get("problems")
+    if isinstance(problems, list) and len(problems) > 1:
+        for problem in problems:
+            if isinstance(problem, dict):
+                field, why = str(problem.get("field")), str(problem.get("message"))
+                text += f"\n  {escape(field)}: {escape(why)}"
     if reply.get("accepted") is False:
         text += " [not accepted]"
     if reply.get("outcome") == "uncertain":
@@ -351,17 +386,14 @@ def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    """A generic table of flattened rows (every column shrinkable to fit 100 columns)."""
     if not rows:
         return "(none)"
     flat = [_flatten(row) for row in rows]
-    columns: list[str] = []
+    keys: list[str] = []
     for row in flat:
-        columns.extend(key for key in row if key not in columns)
-    widths = {c: max(len(c), *(len(row.get(c, "")) for row in flat)) for c in columns}
-    lines = ["  ".join(c.upper().ljust(widths[c]) for c in columns).rstrip()]
-    for row in flat:
-        lines.append("  ".join(row.get(c, "").ljust(widths[c]) for c in columns).rstrip())
-    return "\n".join(lines)
+        keys.extend(key for key in row if key not in keys)
+    return fit_table(flat, [Column(k, k.upper(), shrink=True) for k in keys])
 
 
 def render(reply: dict[str, Any]) -> str:
@@ -371,12 +403,14 @@ def render(reply: dict[str, Any]) -> str:
     if scalars:
         flat = _flatten(scalars)
         width = max(len(key) for key in flat)
-        parts.append("\n".join(f"{key.ljust(width)}  {value}" for key, value in flat.items()))
+        parts.append(
+            "\n".join(f"{escape(key.ljust(width))}  {escape(value)}" for key, value in flat.items())
+        )
     for key, value in result.items():
         if isinstance(value, list):
             rows = [item if isinstance(item, dict) else {"value": item} for item in value]
-            parts.append(f"{key}:\n{table(rows)}")
-    parts.append(f"({reply.get('meaning', '')})")
+            parts.append(f"{escape(key)}:\n{table(rows)}")
+    parts.append(f"({escape(str(reply.get('meaning', '')))})")
     return "\n\n".join(parts)
 
 
@@ -431,65 +465,134 @@ def render_health(health: dict[str, Any]) -> str:
     parts = ["\n".join(lines), table(voters)]
     warnings = [w for w in health.get("warnings") or [] if isinstance(w, dict)]
     if warnings:
-        parts.append("\n".join(f"WARNING {w.get('code')}: {w.get('message')}" for w in warnings))
+        parts.append(
+            "\n".join(
+                f"{str(w.get('severity') or 'warning').upper()} {w.get('code')}: {w.get('message')}"
+                for w in warnings
+            )
+        )
     else:
         parts.append("no warnings")
     return "\n\n".join(parts)
 
 
-def history_rows(occurrences: list[dict[str, Any]]) -> list[dict[str, Any]]:
+HISTORY_COLUMNS: Final = (
+    Column("occurrence", "OCC", right=True),
+    Column("due", "DUE"),
+    Column("attempt", "TRY", right=True),
+    Column("state", "STATE"),
+    Column("at", "AT"),
+    Column("reason", "REASON", shrink=True),
+    Column("execution", "EXECUTION"),
+    Column("failure", "FAILURE", wrap=True),
+)
+
+
+def history_rows(occurrences: list[dict[str, Any]], tz: Any = None) -> list[dict[str, Any]]:
     """One row per transition; the occurrence's fixed fields only on its first/last row."""
+    tz = tz or zone(None)
     rows: list[dict[str, Any]] = []
     for occurrence in occurrences:
+        failure = occurrence.get("failure_reason") or ""
         timeline = occurrence.get("timeline") or [{}]
         for i, step in enumerate(timeline):
             first, last = i == 0, i == len(timeline) - 1
             rows.append(
                 {
                     "occurrence": occurrence.get("id") if first else "",
-                    "due": occurrence.get("due_at") if first else "",
+                    "due": iso_time(occurrence.get("due_at"), tz) if first else "",
                     "attempt": step.get("attempt"),
                     "state": step.get("state"),
-                    "at": step.get("at"),
+                    "at": iso_time(step.get("at"), tz),
                     "reason": step.get("reason"),
                     "execution": (occurrence.get("execution_id") or "") if last else "",
-                    "failure": (occurrence.get("failure_reason") or "") if last else "",
+                    "failure": failure if last else "",
                 }
             )
     return rows
 
 
-def render_history(reply: dict[str, Any]) -> str:
+def render_history(reply: dict[str, Any], tz: Any = None) -> str:
+    tz = tz or zone(None)
     schedule = reply.get("schedule") or {}
     definition = schedule.get("definition") or {}
     policy = definition.get("policy") or {}
     dropped = reply.get("dropped") or {}
+    name = escape(str(definition.get("name") or ""))
     head = [
-        f"schedule {schedule.get('id')} {definition.get('name') or ''}".rstrip()
+        f"schedule {schedule.get('id')} {name}".rstrip()
         + f" ({'enabled' if schedule.get('enabled') else 'disabled'})",
-        f"cron {definition.get('cron')} {definition.get('timezone')}, missed "
-        f"{json.dumps(policy.get('missed'))}, overlap {policy.get('overlap')}",
+        f"cron {escape(str(definition.get('cron')))} {escape(str(definition.get('timezone')))}, "
+        f"missed {json.dumps(policy.get('missed'))}, overlap {policy.get('overlap')}",
         "dropped slots: "
         + ", ".join(
             f"{reason} {dropped.get(reason, 0)}" for reason in ("missed", "overlap", "capacity")
         )
-        + f" (observed up to {reply.get('cursor_at')})",
+        + f" (observed up to {iso_time(reply.get('cursor_at'), tz)})",
     ]
     parts = ["\n".join(head)]
-    recent = reply.get("recent_drops") or []
+    recent = [
+        {**drop, "at": iso_time(drop.get("at"), tz)}
+        for drop in reply.get("recent_drops") or []
+        if isinstance(drop, dict)
+    ]
     parts.append(f"recent drops:\n{table(recent)}")
-    parts.append(f"timeline:\n{table(history_rows(reply.get('occurrences') or []))}")
+    occurrences = [o for o in reply.get("occurrences") or [] if isinstance(o, dict)]
+    rows = history_rows(occurrences, tz)
+    parts.append(f"timeline:\n{fit_table(rows, HISTORY_COLUMNS) if rows else '(none)'}")
+    retries = (policy.get("retry") or {}).get("max_retries")
+    waiting = [
+        f"occurrence {o.get('id')}: {note}"
+        for o in occurrences
+        if (note := retry_note(o, retries, _when(o.get("not_before_at"), tz))) is not None
+    ]
+    if waiting:
+        parts.append("\n".join(waiting))
     parts.append("(a local view of this voter's replica; it may lag the acquired owner)")
     return "\n\n".join(parts)
 
 
-def render_output(reply: dict[str, Any]) -> str:
+def _when(instant: Any, tz: Any) -> str | None:
+    return None if instant is None else iso_time(instant, tz)
+
+
+def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = None) -> str:
+    """What one attempt did: its console text (escaped on a terminal, newlines and tabs kept),
+    then its value or error (with the stack) and timings, then a trailer."""
+    tz = tz or zone(None)
     output = reply.get("output") or {}
     text = output.get("text") or ""
+    if terminal:
+        text = escape(text, keep_layout=True)
+    parts = [text + ("" if text.endswith("\n") or not text else "\n")] if text else []
+    value = reply.get("value")
+    if isinstance(value, dict):
+        cut = " (truncated)" if value.get("truncated") else ""
+        parts.append(f"-- value: {escape(str(value.get('json')))}{cut}\n")
+    error = reply.get("error")
+    if isinstance(error, dict):
+        reason = f"{reply.get('reason')}: " if reply.get("reason") else ""
+        parts.append(f"-- error: {escape(reason + str(error.get('message')))}\n")
+        if error.get("stack"):
+            cut = "\n   (stack truncated)" if error.get("stack_truncated") else ""
+            stack = escape(str(error["stack"]), keep_layout=True)
+            parts.append("\n".join(f"   {line}" for line in stack.splitlines()) + cut + "\n")
+    elif reply.get("reason") and reply.get("status") != "completed":
+        parts.append(f"-- reason: {escape(str(reply.get('reason')))}\n")
+    if reply.get("note"):
+        parts.append(f"-- note: {escape(str(reply.get('note')))}\n")
+    if reply.get("started_at"):
+        took = reply.get("duration_ms")
+        parts.append(
+            f"-- ran {iso_time(reply.get('started_at'), tz)} to "
+            f"{iso_time(reply.get('finished_at'), tz)}"
+            + (f" ({took} ms)" if isinstance(took, int) else "")
+            + "\n"
+        )
     note = (
         f"-- occurrence {reply.get('occurrence_id')} attempt {reply.get('attempt')} "
         f"({reply.get('execution_id')}, {reply.get('status')}): {output.get('bytes')} bytes"
     )
     if output.get("truncated"):
         note += ", truncated"
-    return f"{text}{'' if text.endswith(chr(10)) or not text else chr(10)}{note} --"
+    return "".join(parts) + note + " --"

@@ -7,7 +7,7 @@ import sys
 
 from appliance.cli.role_runner import time_scale_arg
 
-DEFAULT_DATA_DIR = "appliance-quickstart"  # kept equal to appliance.runner.quickstart's
+DEFAULT_DATA_DIR = None  # kept equal to appliance.runner.quickstart's: resolved there
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--data-dir",
         metavar="DIR",
         default=DEFAULT_DATA_DIR,
-        help=f"where configs, credentials, stores and logs live (default: ./{DEFAULT_DATA_DIR})",
+        help="where configs, credentials, stores and logs live (default: an existing "
+        "./appliance-quickstart, else $XDG_DATA_HOME/appliance/quickstart or "
+        "~/.local/share/appliance/quickstart; the path is printed)",
     )
     quickstart.add_argument(
         "--time-scale",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 
 from appliance.cluster_init.layout import ENV_NAMES, WORKER_ID, ClusterFiles
@@ -11,19 +12,33 @@ ENV_FILE = "cluster.env"
 WORKER_FILE = "worker.json"
 
 
-def render_readme(files: ClusterFiles, out_dir: Path) -> str:
+def installed_command() -> str:
+    """How to run this installation's ``appliance`` from any shell: a bare ``appliance`` is not
+    on PATH after ``pip install -e .`` into a venv. The console script next to the running
+    interpreter (``.venv/bin/appliance``) when there is one, else ``python -m appliance`` with
+    that interpreter's absolute path."""
+    python = Path(sys.executable).absolute()
+    script = python.parent / "appliance"
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(str(python))} -m appliance"
+
+
+def render_readme(files: ClusterFiles, out_dir: Path, program: str | None = None) -> str:
+    app = program or installed_command()
     plan = files.plan
     first = plan.voters[0]
     some_voter = next(iter(files.runner_configs.values()))
     expires_at = some_voter["remote"]["expires_at"]
     here = shlex.quote(str(out_dir))
     count = len(plan.voters)
+    all_addrs = ",".join(f"127.0.0.1:{v.management_port}" for v in plan.voters)
     title = f"{count} voter{'s' if count > 1 else ''}"
     demo = (
         "The demo schedule runs every minute; its line appears in the owner's decision log as an "
         "`outcome` event (`Succeeded`)."
         if some_voter["schedules"]
-        else "No schedule was written: create one with `appliance admin create FILE`."
+        else f"No schedule was written: create one with `{app} admin create FILE`."
     )
     variables = "\n".join(f"- `{name}`" for name in ENV_NAMES.values())
     voters = "\n".join(
@@ -32,10 +47,10 @@ def render_readme(files: ClusterFiles, out_dir: Path) -> str:
         for v in plan.voters
     )
     starts = "\n".join(
-        f"    cd {here} && . ./{ENV_FILE} && appliance runner {v.node_id}.json" for v in plan.voters
+        f"    cd {here} && . ./{ENV_FILE} && {app} runner {v.node_id}.json" for v in plan.voters
     )
     checks = "\n".join(
-        f"    appliance admin config check {v.node_id}.json --check-env" for v in plan.voters
+        f"    {app} admin config check {v.node_id}.json --check-env" for v in plan.voters
     )
     return f"""# A loopback cluster of {title} and one worker
 
@@ -63,7 +78,7 @@ the cluster. Every process below needs it in its environment: `. ./{ENV_FILE}` e
 
     cd {here} && . ./{ENV_FILE}
 {checks}
-    appliance admin config check {WORKER_FILE} --worker --check-env
+    {app} admin config check {WORKER_FILE} --worker --check-env
 
 Every voter must print the same `contract digest`.
 
@@ -73,18 +88,20 @@ One terminal per process (or a process supervisor). The voters elect a leader on
 is up; start the worker in its own terminal:
 
 {starts}
-    cd {here} && . ./{ENV_FILE} && appliance worker --config {WORKER_FILE}
+    cd {here} && . ./{ENV_FILE} && {app} worker --config {WORKER_FILE}
 
-With the zipapp, replace `appliance` by `python appliance.pyz` (see docs/packaging.md).
+`{app}` is this installation's command (a bare `appliance` is on PATH only inside an activated
+venv). With the zipapp, use `python appliance.pyz` instead (see docs/packaging.md).
 
 ## Look
 
     cd {here} && . ./{ENV_FILE}
-    appliance admin status --addr 127.0.0.1:{first.management_port}
-    appliance admin list --addr 127.0.0.1:{first.management_port}
+    {app} admin status --addr {all_addrs}
+    {app} admin list --addr 127.0.0.1:{first.management_port}
 
-`status` answers on the voter that holds ownership; another voter answers 409 and names the
-leader it knows: ask that voter's management port instead.
+With every voter's management port given (comma-separated, or `--addr` repeated, or in
+`APPLIANCE_MANAGEMENT_ADDR`), `admin` sends each command to the voter that holds ownership; a
+voter that does not answers 409 and names the owner it knows.
 
 {demo}
 

@@ -7,6 +7,13 @@ UTF-8 bytes of the decoded string (so heavily escaped JSON may exceed a transpor
 code is within 64 KiB: that is the transport's business). ``definition_to_json`` emits exactly the
 shape of seeds/001, and ``parse_definition(definition_to_json(d)) == d``.
 
+``policy`` is optional, and so is each of its members: an omitted ``missed`` is ``"Skip"``, an
+omitted ``overlap`` is ``"Skip"``, an omitted ``retry`` (or member) is no retries with no delay
+(``DEFAULT_POLICY``). The parsed value is the same as with the defaults written out, and every
+digest and checkpoint is computed over ``definition_to_json`` of the parsed value (the
+normalized definition, always with the full policy), so a definition written either way has the
+same contract digest as before defaults existed.
+
 Cron and timezone are delegated to ``appliance.core.calendar`` (which also rejects patterns that
 can never fire); its ``InvalidSchedule("cron: ...")`` / ``("timezone: ...")`` messages are placed
 under this document's field paths.
@@ -92,6 +99,14 @@ class Definition:
     name: str | None = None
 
 
+# What an omitted ``policy`` (or an omitted member of it) means: the seeds/001 example's policy.
+DEFAULT_POLICY: Final = Policy(
+    missed=MissedSkip(),
+    overlap=OverlapPolicy.SKIP,
+    retry=RetryPolicy(max_retries=0, delay_seconds=0),
+)
+
+
 class DefinitionProblems(InvalidDefinition):
     """An ``InvalidDefinition`` that lists every ``(field_path, message)`` it found."""
 
@@ -132,8 +147,15 @@ def _missed_rule(limits: Limits) -> Custom:
 def _retry_rule() -> Obj:
     return Obj(
         fields={
-            "max_retries": Field(Integer(0, MAX_RETRIES_MAX), doc="additional attempts"),
-            "delay_seconds": Field(Integer(0, DELAY_SECONDS_MAX), doc="fixed delay before each"),
+            "max_retries": Field(
+                Integer(0, MAX_RETRIES_MAX), required=False, default=0, doc="additional attempts"
+            ),
+            "delay_seconds": Field(
+                Integer(0, DELAY_SECONDS_MAX),
+                required=False,
+                default=0,
+                doc="fixed delay before each",
+            ),
         },
         build=RetryPolicy,
     )
@@ -182,9 +204,18 @@ def definition_rule(limits: Limits) -> Obj:
     """The rule table of a definition; ``CatchUp.cap`` is bounded by ``limits.outstanding``."""
     policy = Obj(
         fields={
-            "missed": Field(_missed_rule(limits), doc=_MISSED_SAYS),
-            "overlap": Field(Choice({p.value: p for p in OverlapPolicy})),
-            "retry": Field(_retry_rule()),
+            "missed": Field(
+                _missed_rule(limits),
+                required=False,
+                default=DEFAULT_POLICY.missed,
+                doc=_MISSED_SAYS,
+            ),
+            "overlap": Field(
+                Choice({p.value: p for p in OverlapPolicy}),
+                required=False,
+                default=DEFAULT_POLICY.overlap,
+            ),
+            "retry": Field(_retry_rule(), required=False, default=DEFAULT_POLICY.retry),
         },
         build=Policy,
     )
@@ -194,7 +225,7 @@ def definition_rule(limits: Limits) -> Obj:
             "code": Field(Text(CODE_BYTES_MAX, secret=True)),
             "cron": Field(Text(CRON_BYTES_MAX)),
             "timezone": Field(Text(TIMEZONE_BYTES_MAX)),
-            "policy": Field(policy),
+            "policy": Field(policy, required=False, default=DEFAULT_POLICY),
         },
         build=_build_definition,
         checks=(CrossCheck(("cron", "timezone"), _check_schedule),),

@@ -3,14 +3,23 @@
 Theory of operation. ``health_document`` is a pure function of what one voter knows at one
 instant: its own Raft status, the probed peers, the replicated state figures, whether it holds
 acquired ownership, the worker probe and the grant's remaining seconds. The warnings are the
-conditions that need a human, each with a stable ``code`` (for scripts and alert rules) and a
-sentence (for people):
+conditions that need a human, each with a stable ``code`` (for scripts and alert rules), a
+``severity`` (``critical``, ``warning``, ``notice``) and a sentence (for people).
 
-- ``no_quorum``: fewer reachable voters (this one included) than a majority — no mutation, no
-  admission, no new schedule can commit;
-- ``no_leader``: this voter knows no leader (an election is running or quorum is gone);
-- ``grant_expired`` / ``grant_expiring``: ``remote.expires_at`` has passed / is less than
-  ``GRANT_WARNING_S`` (7 days) away — after it no permit is granted and nothing runs;
+The warnings are a small framework: each is produced by a rule, a pure function of
+``HealthInputs`` registered with ``@warning_rule``; ``warnings_for`` runs every rule and sorts the
+result most severe first. Another area adds a warning by writing one rule (and, if it needs an
+input the document does not have yet, putting it in ``HealthInputs.extra`` by name). The rules
+here:
+
+- ``no_quorum`` (critical): fewer reachable voters (this one included) than a majority — no
+  mutation, no admission, no new schedule can commit;
+- ``quorum_at_risk`` (warning): exactly a majority is reachable — one more loss stops everything;
+- ``voter_unreachable`` (warning): one per peer that does not answer the probe;
+- ``no_leader`` (critical): this voter knows no leader (an election is running or quorum is gone);
+- ``grant_expired`` (critical) / ``grant_expiring``: ``remote.expires_at`` has passed / is under
+  30 days (notice), 7 days (warning) or 1 day (critical) away — after it no permit is granted and
+  nothing runs;
 - ``checkpoint_near_cap``: the checkpoint budget is at or above ``CHECKPOINT_WARNING_BYTES`` (80 %
   of the 4 MiB cap) — creation and observation will soon be refused;
 - ``unknown_occurrences``: Unknown records hold running reservations until the engine's outcome
@@ -20,13 +29,17 @@ sentence (for people):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Final
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
 
 from appliance.core.limits import CHECKPOINT_BYTES_MAX
 from appliance.metrics.runner import StateFigures, VoterView
 
-GRANT_WARNING_S: Final = 7 * 24 * 3600
+DAY_S: Final = 24 * 3600
+# (days left under which the grant is warned, severity); the first matching tier wins.
+GRANT_TIERS: Final = ((1, "critical"), (7, "warning"), (30, "notice"))
+GRANT_WARNING_S: Final = 30 * DAY_S  # the earliest tier
 CHECKPOINT_WARNING_BYTES: Final = CHECKPOINT_BYTES_MAX * 4 // 5  # 80 % of the cap
 UNKNOWN_IDS_SHOWN_MAX: Final = 16
 
@@ -61,68 +74,144 @@ class HealthInputs:
     grant_seconds_left: float
     worker: WorkerView | None
     voters_total: int
+    # Inputs other areas' warning rules need (e.g. growth, reconfiguration), by name.
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _warning(code: str, message: str) -> dict[str, str]:
-    return {"code": code, "message": message}
+Severity = Literal["critical", "warning", "notice"]
+SEVERITIES: Final = ("critical", "warning", "notice")  # most urgent first
 
 
-def warnings_for(h: HealthInputs) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
-    reachable = 1 + sum(1 for p in h.peers if p.reachable)
-    majority = h.voters_total // 2 + 1
+@dataclass(frozen=True)
+class HealthWarning:
+    """One condition an operator must act on: a stable ``code``, how urgent, and a sentence."""
+
+    code: str
+    severity: Severity
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"code": self.code, "severity": self.severity, "message": self.message}
+
+
+WarningRule = Callable[[HealthInputs], Iterable[HealthWarning]]
+WARNING_RULES: list[WarningRule] = []
+
+
+def warning_rule(rule: WarningRule) -> WarningRule:
+    """Register ``rule`` (a pure function of ``HealthInputs``); the order of registration is the
+    order of its warnings within one severity. Other areas add their rules with this decorator
+    in a module imported by ``appliance.metrics`` users (see the module docstring)."""
+    WARNING_RULES.append(rule)
+    return rule
+
+
+def warnings_for(
+    h: HealthInputs, rules: Sequence[WarningRule] | None = None
+) -> list[dict[str, str]]:
+    """Every rule's warnings, most severe first (stable within a severity)."""
+    found = [w for rule in (WARNING_RULES if rules is None else rules) for w in rule(h)]
+    found.sort(key=lambda w: SEVERITIES.index(w.severity))
+    return [w.to_json() for w in found]
+
+
+def _majority(h: HealthInputs) -> tuple[int, int]:
+    return 1 + sum(1 for p in h.peers if p.reachable), h.voters_total // 2 + 1
+
+
+@warning_rule
+def _quorum(h: HealthInputs) -> Iterator[HealthWarning]:
+    reachable, majority = _majority(h)
     if reachable < majority:
-        out.append(
-            _warning(
-                "no_quorum",
-                f"only {reachable} of {h.voters_total} voters reachable from {h.node_id}; "
-                f"{majority} are needed to commit anything",
-            )
+        yield HealthWarning(
+            "no_quorum",
+            "critical",
+            f"only {reachable} of {h.voters_total} voters reachable from {h.node_id}; "
+            f"{majority} are needed to commit anything",
         )
+    elif h.voters_total > 1 and reachable == majority:
+        yield HealthWarning(
+            "quorum_at_risk",
+            "warning",
+            f"{reachable} of {h.voters_total} voters reachable from {h.node_id}, exactly a "
+            "majority: losing one more stops every mutation and admission",
+        )
+
+
+@warning_rule
+def _unreachable_voters(h: HealthInputs) -> Iterator[HealthWarning]:
+    for peer in h.peers:
+        if not peer.reachable:
+            yield HealthWarning(
+                "voter_unreachable",
+                "warning",
+                f"voter {peer.node_id} does not answer {h.node_id}'s probe; check its process "
+                "and the network path to its cluster port",
+            )
+
+
+@warning_rule
+def _leader(h: HealthInputs) -> Iterator[HealthWarning]:
     if not h.raft.get("leader_id"):
-        out.append(_warning("no_leader", f"{h.node_id} knows no Raft leader"))
-    if h.grant_seconds_left <= 0:
-        out.append(
-            _warning(
-                "grant_expired",
-                f"remote.expires_at ({h.grant_expires_at}) has passed: no permit is granted",
-            )
+        yield HealthWarning("no_leader", "critical", f"{h.node_id} knows no Raft leader")
+
+
+@warning_rule
+def _grant(h: HealthInputs) -> Iterator[HealthWarning]:
+    left_s = h.grant_seconds_left
+    if left_s <= 0:
+        yield HealthWarning(
+            "grant_expired",
+            "critical",
+            f"remote.expires_at ({h.grant_expires_at}) has passed: no permit is granted",
         )
-    elif h.grant_seconds_left < GRANT_WARNING_S:
-        days = h.grant_seconds_left / 86400
-        out.append(
-            _warning(
+        return
+    for days, severity in GRANT_TIERS:
+        if left_s < days * DAY_S:
+            yield HealthWarning(
                 "grant_expiring",
-                f"remote.expires_at ({h.grant_expires_at}) is {days:.1f} days away; renew the "
-                "grant before it passes",
+                severity,
+                f"remote.expires_at ({h.grant_expires_at}) is {left_s / DAY_S:.1f} days away "
+                f"(under {days}); renew the grant before it passes",
             )
-        )
+            return
+
+
+@warning_rule
+def _checkpoint(h: HealthInputs) -> Iterator[HealthWarning]:
     budget = h.figures.budget_bytes
     if budget >= CHECKPOINT_WARNING_BYTES:
-        out.append(
-            _warning(
-                "checkpoint_near_cap",
-                f"the checkpoint budget is {budget} of {CHECKPOINT_BYTES_MAX} bytes; delete "
-                "schedules or lower limits.records before creation is refused",
-            )
+        yield HealthWarning(
+            "checkpoint_near_cap",
+            "warning",
+            f"the checkpoint budget is {budget} of {CHECKPOINT_BYTES_MAX} bytes; delete "
+            "schedules or lower limits.records before creation is refused",
         )
+
+
+@warning_rule
+def _unknown(h: HealthInputs) -> Iterator[HealthWarning]:
     if h.unknown_ids:
         shown = ", ".join(str(i) for i in h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX])
         more = "" if len(h.unknown_ids) <= UNKNOWN_IDS_SHOWN_MAX else ", ..."
-        out.append(
-            _warning(
-                "unknown_occurrences",
-                f"{len(h.unknown_ids)} Unknown occurrence(s) await an operator ({shown}{more}): "
-                "establish that the work stopped, then acknowledge_stopped",
-            )
+        yield HealthWarning(
+            "unknown_occurrences",
+            "warning",
+            f"{len(h.unknown_ids)} Unknown occurrence(s) await an operator ({shown}{more}): "
+            "establish that the work stopped, then acknowledge_stopped",
         )
+
+
+@warning_rule
+def _worker(h: HealthInputs) -> Iterator[HealthWarning]:
     if h.worker is not None and not h.worker.reachable:
-        out.append(_warning("worker_unreachable", f"the worker at {h.worker.url} does not answer"))
-    elif h.worker is not None and not h.worker.authorized:
-        out.append(
-            _warning("worker_refuses_bearer", f"the worker at {h.worker.url} refuses the bearer")
+        yield HealthWarning(
+            "worker_unreachable", "critical", f"the worker at {h.worker.url} does not answer"
         )
-    return out
+    elif h.worker is not None and not h.worker.authorized:
+        yield HealthWarning(
+            "worker_refuses_bearer", "critical", f"the worker at {h.worker.url} refuses the bearer"
+        )
 
 
 def health_document(h: HealthInputs) -> dict[str, Any]:

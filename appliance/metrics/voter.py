@@ -26,12 +26,19 @@ from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
 from appliance.metrics.voters import VoterProbe
 from appliance.protocol.v1 import EXECUTIONS_PREFIX
+from appliance.runner.attempt_report import (
+    OUTPUT_BYTES_MAX,
+    attempt_of,
+    attempt_report,
+    occurrence_extras,
+)
 from appliance.runner.binding import execution_id
+from appliance.runner.binding import execution_id as execution_id_of
 from appliance.secret import Secret
 
 T = TypeVar("T")
 
-OUTPUT_REPLY_BYTES_MAX: Final = 64 * 1024
+OUTPUT_REPLY_BYTES_MAX: Final = OUTPUT_BYTES_MAX
 WORKER_PROBE_TIMEOUT_MS: Final = 1000
 WORKER_EXECUTIONS_PATH: Final = EXECUTIONS_PREFIX
 # A syntactically valid execution id no schedule can have (ids start at 1): any HTTP answer to it
@@ -174,6 +181,9 @@ class VoterObservability:
         view = self.reader.read(lambda st: occurrence_view(st, occurrence_id))
         if view is None:
             return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
+        max_retries = self.reader.read(lambda st: _max_retries(st, view["schedule_id"]))
+        # Per attempt: what ran (value, error, output, timings), fetched from the worker.
+        view.update(occurrence_extras(view, max_retries, lambda eid: _observe(self.runner, eid)))
         return Reply(200, {"ok": True, "local_view": True, "occurrence": view})
 
     def schedule(self, schedule_id: int) -> Reply:
@@ -184,13 +194,23 @@ class VoterObservability:
 
     # -- output --
 
-    def output(self, occurrence_id: int) -> Reply:
+    def output(self, occurrence_id: int, attempt: int | None = None) -> Reply:
         record = self.reader.read(lambda st: st.occurrences.get(occurrence_id))
         if record is None:
             return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
-        execution_id = _execution_id_of(record)
+        if attempt is not None:
+            if not 1 <= attempt <= record.attempt:
+                return _error(
+                    404,
+                    "unknown_attempt",
+                    f"attempt: occurrence {occurrence_id} has attempts 1 to {record.attempt}",
+                )
+            execution_id = execution_id_of(record.schedule_id, record.id, attempt)
+        else:
+            execution_id = _execution_id_of(record)
         if execution_id is None:
             return _error(404, "not_dispatched", f"occurrence {occurrence_id} was never dispatched")
+        attempt = attempt_of(execution_id) or record.attempt
         observed = self.runner.worker.observe(execution_id)
         if observed.status is None or observed.document is None:
             return _error(
@@ -198,7 +218,7 @@ class VoterObservability:
                 "worker_unavailable",
                 f"the worker did not return execution {execution_id}: {observed.detail[:200]}",
             )
-        return Reply(200, _output_body(occurrence_id, record.attempt, execution_id, observed))
+        return Reply(200, _output_body(occurrence_id, attempt, execution_id, observed))
 
 
 def _execution_id_of(record: Any) -> str | None:
@@ -214,19 +234,21 @@ def _execution_id_of(record: Any) -> str | None:
 
 
 def _output_body(occurrence_id: int, attempt: int, execution_id: str, observed: Any) -> dict:
-    document = observed.document
-    output = document.get("output") if isinstance(document.get("output"), dict) else {}
-    text = output.get("text") if isinstance(output.get("text"), str) else ""
-    raw = text.encode("utf-8", "replace")
-    truncated = bool(output.get("truncated"))
-    if len(raw) > OUTPUT_REPLY_BYTES_MAX:
-        text = raw[:OUTPUT_REPLY_BYTES_MAX].decode("utf-8", "ignore")
-        truncated = True
     return {
         "ok": True,
         "occurrence_id": occurrence_id,
         "attempt": attempt,
         "execution_id": execution_id,
+        **attempt_report(observed.document),
         "status": observed.status,
-        "output": {"text": text, "bytes": len(raw), "truncated": truncated},
     }
+
+
+def _observe(runner: Any, execution_id: str) -> tuple[str | None, Any]:
+    observed = runner.worker.observe(execution_id)
+    return observed.status, (observed.document if observed.status else observed.detail)
+
+
+def _max_retries(st: core.SchedulerState, schedule_id: int) -> int | None:
+    schedule = st.schedules.get(schedule_id)
+    return None if schedule is None else schedule.definition.policy.retry.max_retries

@@ -16,6 +16,7 @@ from typing import Any
 from appliance.replication.base import ApplyHook
 from appliance.replication.etcd import EtcdReplication
 from appliance.replication.etcd_config import build_etcd_replication
+from appliance.replication.voter_capabilities import VoterCapabilities
 
 
 class EtcdMember:
@@ -34,6 +35,9 @@ class EtcdMember:
         self.replication: EtcdReplication = build_etcd_replication(
             cfg, credentials, storage, apply, applied_index, on_fatal=on_fatal
         )
+        # Runner instances on etcd have no cluster listener to report on: the gate sees only this
+        # binary (docs/raft.md, "Version gate"); one that meets an unknown kind still stops.
+        self.capabilities = VoterCapabilities(node_id=cfg.node_id, peers={}, cluster_token=None)
 
     def start(self) -> None:
         self.replication.start()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
 from appliance.http import HttpServer
@@ -22,6 +23,7 @@ from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
+from appliance.replication.voter_capabilities import VoterCapabilities
 
 
 class RaftMember:
@@ -69,11 +71,15 @@ class RaftMember:
             "operator": credentials.operator,
             "recovery": credentials.recovery,
         }
+        # The version gate (appliance/capabilities.py): what every voter reports it can apply.
+        self.capabilities = VoterCapabilities(
+            node_id=cfg.node_id, peers=peers, cluster_token=credentials.cluster
+        )
         app = create_raft_app(
             node_id=cfg.node_id,
             digest=contract_digest,
             deliver=self.replication.deliver,
-            status=self.replication.status,
+            status=self.status,
             credentials=known,
             deliver_with_reply=self.replication.deliver,
         )
@@ -90,14 +96,20 @@ class RaftMember:
             threads=4 + len(peers),
         )
 
+    def status(self) -> dict[str, object]:
+        """The cluster status route's answer: Raft's view plus what this binary can apply."""
+        return {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+
     def start(self) -> None:
         """Listen first (so peers' first messages land), then send, then run the node."""
         self.server.start()
         if self.transport is not None:
             self.transport.start()
         self.replication.start()
+        self.capabilities.start()
 
     def stop(self) -> None:
+        self.capabilities.stop()
         self.replication.stop()
         if self.probe is not None:
             # Its only users hold the node's turn: the driver's stop waited for the last one.

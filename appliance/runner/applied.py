@@ -28,3 +28,9 @@ class Refused:
     @property
     def message(self) -> str:
         return str(self.error)
+
+
+class NotYetApplicable(CoreError):
+    """Not proposed: some voter of the configuration has not reported that it applies this kind.
+
+    A definite answer (nothing reached the log), reported like a refusal (docs/raft.md)."""

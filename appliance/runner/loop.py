@@ -65,6 +65,7 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
+from appliance.runner.owner_serial import Gate
 from appliance.runner.worker_client import WorkerClient
 
 __all__ = ["OBSERVE_GRACE_S", "Runner"]
@@ -123,6 +124,7 @@ class Runner:
         clock: RunnerClock,
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
+        gate: Gate | None = None,
     ) -> None:
         self.cfg = cfg
         self.node_id = cfg.node_id
@@ -132,7 +134,11 @@ class Runner:
         self.clock = clock
         self.log = log
         self.owner = Owner(
-            cfg=cfg, state=machine, time_scale=clock.time_scale, unknown_poll_s=unknown_poll_s
+            cfg=cfg,
+            state=machine,
+            time_scale=clock.time_scale,
+            unknown_poll_s=unknown_poll_s,
+            gate=gate,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -145,9 +151,10 @@ class Runner:
         self._requests: dict[int, Future[Any]] = {}
         self._request_ids = itertools.count(1)
         self._requests_lock = threading.Lock()
-        # Whether observation or cancellation is pending: published by the loop thread after
-        # each turn, read by drain_and_stop (the owner itself is touched by the loop thread only).
-        self._open_tasks = False
+        # The occurrences still observed or cancelled: published by the loop thread after each
+        # turn, read by drain_and_stop and the stop notice (only the loop thread touches the
+        # owner itself).
+        self._open_ids: tuple[int, ...] = ()
 
     # ---- what the owner knows, for status views and tests ------------------------------------
 
@@ -221,7 +228,7 @@ class Runner:
         with contextlib.suppress(queue.Full):
             self._queue.put(_Feed(Drain()), timeout=1.0)
         deadline = time.monotonic() + drain_s
-        while time.monotonic() < deadline and self._open_tasks:
+        while time.monotonic() < deadline and self._open_ids:
             time.sleep(0.05)
         self._stopped.set()
         with contextlib.suppress(queue.Full):  # stopped is set: the loop ends within a wake
@@ -229,6 +236,10 @@ class Runner:
         self._thread.join(5.0)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._proposer.shutdown(wait=False, cancel_futures=True)
+
+    def open_occurrences(self) -> list[int]:
+        """The occurrences this voter still observes or cancels (as of the loop's last turn)."""
+        return list(self._open_ids)
 
     def _feed(self, event: Event) -> None:
         """Hand an answer back to the loop (from a pool thread): it must never be dropped."""
@@ -248,7 +259,7 @@ class Runner:
                 self._hand(item.event)
             self._fire_timers()
             self._hand(Tick())
-            self._open_tasks = self.owner.has_open_tasks()
+            self._open_ids = tuple(self.owner.open_occurrences())
 
     def _hand(self, event: Event) -> None:
         try:

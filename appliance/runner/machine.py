@@ -11,6 +11,13 @@ the state that was acknowledged. A command the core refuses (a failed compare-an
 nothing and is *reported*, not raised: a refusal is an ordinary, replicated result, identical on
 every voter, and raising would stop the Raft driver.
 
+A command of a kind this binary does not know is the one exception: reporting it as a refusal
+would make this voter's state differ from the voters that apply it (a newer binary's), so apply
+raises ``UnsupportedCommand``, which stops the replication driver and the process with a message
+that names the entry and the kind (SPEC §11, the version gate; appliance/capabilities.py). The
+owner proposes a new kind only once every voter reports that it can apply it, so this happens
+only when a voter is rolled back or a voter was never upgraded.
+
 Every read of the state from another thread (the loop, the admission route, ``list``) happens under
 :attr:`Machine.lock`, which apply holds while it mutates; nobody holds it while waiting for Raft.
 """
@@ -22,20 +29,43 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from appliance.capabilities import BINARY_VERSION, command_kinds
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
-from appliance.runner.applied import Accepted, Refused
+from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import READER_VERSION_CANCELLING
 
 T = TypeVar("T")
-__all__ = ["Accepted", "Machine", "Refused", "decode_command", "encode_command"]
+__all__ = [
+    "Accepted",
+    "Machine",
+    "NotYetApplicable",
+    "Refused",
+    "UnsupportedCommand",
+    "decode_command",
+    "encode_command",
+]
 
 
 def encode_command(command: Any) -> bytes:
     return json.dumps(core.command_to_json(command), separators=(",", ":"), sort_keys=True).encode()
+
+
+class UnsupportedCommand(RuntimeError):
+    """A committed entry holds a command kind this binary cannot apply: stop, never diverge."""
+
+    def __init__(self, index: int, kind: str) -> None:
+        super().__init__(
+            f"log entry {index} holds a {kind} command, which this binary (appliance "
+            f"{BINARY_VERSION}) cannot apply; stopping rather than diverging from the voters "
+            f"that can. Start this voter with a binary that applies {kind} (docs/raft.md, "
+            f'"Version gate")'
+        )
+        self.index = index
+        self.kind = kind
 
 
 def decode_command(data: bytes) -> Any:
@@ -56,8 +86,11 @@ class Machine:
         limits: Limits,
         *,
         on_fatal: Callable[[BaseException], None] | None = None,
+        known_kinds: frozenset[str] | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        # Tests pass a smaller set to play an older binary; production knows every registered kind.
+        self._known_kinds = command_kinds() if known_kinds is None else known_kinds
         self._writer = CheckpointWriter(store, on_fatal) if store is not None else None
         applied, parts = store.load_checkpoint() if store is not None else (0, {})
         self.applied_index = applied
@@ -73,9 +106,13 @@ class Machine:
         self._listeners.append(listener)
 
     def apply(self, index: int, data: bytes) -> Accepted | Refused:
+        value = json.loads(data)
+        kind = value.get("command") if isinstance(value, dict) else None
+        if isinstance(kind, str) and kind not in self._known_kinds:
+            raise UnsupportedCommand(index, kind)
         with self.lock:
             try:
-                command = decode_command(data)
+                command = core.command_from_json(value)
                 applied = core.apply(self.state, command)
             except CoreError as err:
                 command = None

@@ -2,11 +2,13 @@
 
 Contract
 --------
-``Owner(cfg=, state=, time_scale=, unknown_poll_s=)``; then ``owner.handle(event, wall_s)``
+``Owner(cfg=, state=, time_scale=, unknown_poll_s=, gate=)``; then ``owner.handle(event, wall_s)``
 returns the list of effects to carry out, in order. No threads, clocks, sockets, sleeps or queues
 inside: ``wall_s`` is the wall instant (Unix seconds, possibly scaled) at which the driver hands
 the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`` over the
-*committed* state (``Machine`` in the runner; a simulator may pass its own). Events and effects
+*committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
+version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet,
+or None; a gated command is never proposed and counts as a definite refusal. Events and effects
 are the frozen dataclasses of appliance/runner/owner_events.py. The class is assembled from small
 modules: owner_serial.py (tokens, continuations, timers), owner_attempts.py (one attempt's
 dispatch, observation, Unknown and cancellation), owner_requests.py (admission and operator
@@ -106,7 +108,7 @@ from appliance.runner.owner_events import (
     TimerFired,
 )
 from appliance.runner.owner_requests import RequestDecisions
-from appliance.runner.owner_serial import Chain, NotOwner, StateReader, Uncertain
+from appliance.runner.owner_serial import Chain, Gate, NotOwner, StateReader, Uncertain
 
 __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
 
@@ -121,8 +123,9 @@ class Owner(RequestDecisions):
         state: StateReader,
         time_scale: float = 1.0,
         unknown_poll_s: float = UNKNOWN_POLL_S,
+        gate: Gate | None = None,
     ) -> None:
-        super().__init__(state, time_scale)
+        super().__init__(state, time_scale, gate)
         self.cfg = cfg
         self.node_id = cfg.node_id
         self.unknown_poll_s = unknown_poll_s
@@ -162,14 +165,20 @@ class Owner(RequestDecisions):
         return out
 
     def next_due_s(self) -> float | None:
-        """The wall instant of the next due slot this owner will observe, if it schedules."""
-        if self.epoch is None or self._pulse is None or self._draining:
+        """The wall instant of the next due slot this owner will observe, if it schedules. None
+        while a decision waits for its commit: a tick then could do nothing, and a driver that
+        woke for it would spin (the answer's own event brings the next tick)."""
+        if self.epoch is None or self._pulse is None or self._draining or self._chain is not None:
             return None
         return self._pulse.next_due_s()
 
     def has_open_tasks(self) -> bool:
         """Whether a worker call is in flight or an attempt is still observed."""
-        return any(w.busy or w.observing for w in list(self._work.values()))
+        return bool(self.open_occurrences())
+
+    def open_occurrences(self) -> list[int]:
+        """The occurrences with a worker call in flight or an observation still going."""
+        return sorted(w.occurrence_id for w in self._work.values() if w.busy or w.observing)
 
     @property
     def draining(self) -> bool:

@@ -70,6 +70,10 @@ class RequestDecisions(AttemptDecisions):
         if isinstance(command, tuple):  # a definite refusal before any proposal
             self._answer_admission(request, binding, command)
             return
+        gated = self._gated(command)
+        if gated is not None:  # definite, nothing proposed: answered like a committed refusal
+            self._admit_done(request, binding, gated)
+            return
         token = next(self._tokens)
         self._admissions[token] = (request, binding)
         self._out.append(Propose(token, command, answers_admission=request))

@@ -17,7 +17,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
 from appliance.core import state as core
-from appliance.runner.applied import Accepted, Refused
+from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.owner_events import (
     BarrierDone,
     Effect,
@@ -41,6 +41,10 @@ Asks = tuple[Propose | ReadBarrier, ...]
 Chain = Generator[Asks, list[Any], T]
 
 
+# The version gate's question: why a command kind (its class name) may not be proposed yet.
+Gate = Callable[[str], str | None]
+
+
 class StateReader(Protocol):
     def read(self, fn: Callable[[core.SchedulerState], T]) -> T: ...
 
@@ -56,8 +60,11 @@ class NotOwner(Exception):
 class SerialCore:
     """Tokens, effects, timers and the one suspended decision; the owner builds on it."""
 
-    def __init__(self, state: StateReader, time_scale: float) -> None:
+    def __init__(self, state: StateReader, time_scale: float, gate: Gate | None = None) -> None:
         self.time_scale = time_scale
+        # The version gate (appliance/capabilities.py): why a command kind may not be proposed
+        # yet, or None. Without one (tests, a single binary) every kind this binary knows goes.
+        self._gate = gate
         self._read = state.read
         self._tokens = itertools.count(1)
         self._out: list[Effect] = []
@@ -100,6 +107,8 @@ class SerialCore:
             return
         try:
             asks = chain.send(answers)  # type: ignore[arg-type]
+            while not asks:  # nothing to wait for: go on at once
+                asks = chain.send([])
         except StopIteration:
             self._chain = self._chain_request = None
             return
@@ -120,9 +129,19 @@ class SerialCore:
     def _proposals(self, commands: list[Any]) -> Chain[list[Outcome]]:
         """Propose independent commands at once, so Raft batches their appends and fsyncs; the
         raw outcomes in the same order."""
-        if not commands:
-            return []
-        return (yield tuple(Propose(next(self._tokens), c) for c in commands))
+        gated = [self._gated(c) for c in commands]
+        asks = tuple(
+            Propose(next(self._tokens), c)
+            for c, g in zip(commands, gated, strict=True)
+            if g is None
+        )
+        answers = iter((yield asks) if asks else ())
+        return [next(answers) if g is None else g for g in gated]
+
+    def _gated(self, command: Any) -> Refused | None:
+        """A definite refusal for a kind some voter cannot apply yet: nothing is proposed."""
+        refusal = self._gate(type(command).__name__) if self._gate is not None else None
+        return None if refusal is None else Refused(NotYetApplicable(refusal))
 
     def _propose(self, command: Any) -> Chain[Accepted | Refused]:
         (outcome,) = yield from self._proposals([command])

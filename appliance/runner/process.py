@@ -43,6 +43,7 @@ from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
 from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
+from appliance.runner.drain_notice import drain_notice, open_occurrences
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
@@ -143,6 +144,7 @@ class RunnerProcess:
             worker=self.worker,
             clock=clock,
             log=DecisionLogTee(log, self.metrics),
+            gate=self.member.capabilities.refusal,
         )
         known = {
             "admission": credentials.admission,
@@ -278,6 +280,12 @@ def run_runner(
     reader.start()
     wait_for_stop(process.stopping)
     log.emit("shutdown", at=format_utc(datetime.fromtimestamp(int(clock.now_s()), UTC)))
+    # Said to the operator in words (stderr), not only as a log event: what the drain waits for.
+    print(
+        f"appliance runner: {drain_notice(open_occurrences(process.runner), DRAIN_S)}",
+        file=stderr,
+        flush=True,
+    )
     process.stop()
     return 1 if process.fatal is not None else 0
 

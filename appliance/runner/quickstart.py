@@ -42,16 +42,23 @@ from appliance.config.credentials import resolve_runner_credentials
 from appliance.config.runner import RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.engine.pdeathsig import set_parent_death_signal
+from appliance.runner.drain_notice import drain_notice, open_occurrences
 from appliance.runner.logs import DecisionLog
-from appliance.runner.process import RunnerProcess, make_clock, read_commands
+from appliance.runner.process import DRAIN_S, RunnerProcess, make_clock, read_commands
 from appliance.runner.quickstart_console import Console, LockedStream
-from appliance.runner.quickstart_files import RUNNER_FILE, Layout, QuickstartError, prepare
+from appliance.runner.quickstart_files import (
+    RUNNER_FILE,
+    Layout,
+    QuickstartError,
+    default_data_dir,
+    prepare,
+)
 from appliance.runner.worker_client import WorkerClient
 from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError
 from appliance.store.runner_store import RunnerStore
 
-DEFAULT_DATA_DIR: Final = "appliance-quickstart"
+DEFAULT_DATA_DIR: Final = None  # without --data-dir: default_data_dir (per-user, or legacy ./)
 WORKER_READY_TIMEOUT_S: Final = 60.0
 WORKER_STOP_TIMEOUT_S: Final = 30.0
 WORKER_LOG_TAIL_LINES: Final = 15
@@ -157,7 +164,12 @@ class WorkerChild:
 
 
 def banner(
-    layout: Layout, cfg: RunnerConfig, worker_pid: int, resumed: bool, time_scale: float | None
+    layout: Layout,
+    cfg: RunnerConfig,
+    worker_pid: int,
+    resumed: bool,
+    time_scale: float | None,
+    where: str | None = None,
 ) -> str:
     credentials = layout.credentials_path
     env = layout.operator_env
@@ -165,6 +177,7 @@ def banner(
     store = "resumed the store" if resumed else "created a new store"
     lines = [
         f"{PREFIX}: data in {layout.data_dir} ({store})",
+        *([f"  data dir:    {where} (--data-dir DIR to choose another)"] if where else []),
         *(f"  note: {note}" for note in layout.notes),
         *([f"  time scale:  {time_scale}x (testing only)"] if time_scale is not None else []),
         f"  voter:       raft {cfg.own_addr} (single voter), admission {cfg.admission_addr}",
@@ -200,7 +213,12 @@ def run_quickstart(
         clock = make_clock(time_scale, os.environ if environ is None else environ)
     except ValueError as exc:
         return fail(str(exc), 2)
-    data_dir = Path(data_dir_text or DEFAULT_DATA_DIR).resolve()
+    where = None
+    if data_dir_text:
+        data_dir = Path(data_dir_text).resolve()
+    else:
+        found, where = default_data_dir(Path.cwd(), os.environ if environ is None else environ)
+        data_dir = found.resolve()
     try:
         layout = prepare(data_dir, datetime.now(UTC))
         cfg = load_runner_config(layout.runner_path)
@@ -254,14 +272,24 @@ def run_quickstart(
             if stop.requested.is_set():
                 process.stopping.set()
             print(
-                banner(layout, cfg, worker.proc.pid, resumed, time_scale), file=stdout, flush=True
+                banner(layout, cfg, worker.proc.pid, resumed, time_scale, where),
+                file=stdout,
+                flush=True,
             )
             console.release()
             threading.Thread(
                 target=read_commands, args=(process, stdin, terminal), name="stdin", daemon=True
             ).start()
             wait_for_stop(process.stopping)
+            notice = drain_notice(open_occurrences(process.runner), DRAIN_S)
+            print(f"{PREFIX}: {notice}", file=stdout, flush=True)
             process.stop()
+            print(
+                f"{PREFIX}: the voter stopped; stopping the worker (a script still running is "
+                f"cancelled; up to {WORKER_STOP_TIMEOUT_S:g} s)",
+                file=stdout,
+                flush=True,
+            )
         print(f"{PREFIX}: stopped", file=stdout, flush=True)
         return 1 if process.fatal is not None else 0
     finally:

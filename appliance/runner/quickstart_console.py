@@ -6,7 +6,8 @@ to ``runner.log`` unchanged. A few events are also turned into terminal lines �
 runner loop that emits them never waits on the terminal or on the network. For an outcome whose
 attempt the worker accepted (``dispatch_accepted`` carried its execution id), the printer reads
 the execution from the worker's executions route (one bounded GET with the worker bearer, through
-the runner's own ``WorkerClient``) and prints its console output under the outcome line: at most
+the runner's own ``WorkerClient``) and prints under the outcome line its console output (``|``),
+then its completion value (``=``, JSON) or thrown error with the first stack lines (``!``): at most
 ``OUTPUT_LINES_MAX`` lines of at most ``LINE_CHARS_MAX`` characters, control characters escaped so
 a script cannot drive the terminal. Nothing is printed before ``release()`` (the quickstart
 releases the console once its banner is out), and the terminal stream is shared with the stdin
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
+from appliance.runner.attempt_report import attempt_report
 from appliance.runner.worker_client import ObserveResult
 
 QUEUE_LINES_MAX: Final = 256
@@ -32,6 +34,10 @@ LINE_CHARS_MAX: Final = 200
 PENDING_EXECUTIONS_MAX: Final = 1024
 CLOSE_TIMEOUT_S: Final = 10.0
 OUTPUT_PREFIX: Final = "    | "
+VALUE_PREFIX: Final = "    = "  # the completion value, as JSON
+ERROR_PREFIX: Final = "    ! "  # the thrown error's message and stack
+STACK_LINES_MAX: Final = 5
+RETRIED_STATUSES: Final = frozenset({"failed", "timed_out"})
 # Outcomes after which the worker holds the attempt's final console output.
 STATES_WITH_OUTPUT: Final = frozenset({"Succeeded", "Failed", "Cancelled"})
 
@@ -70,6 +76,29 @@ def output_lines(document: dict[str, Any] | None) -> list[str]:
     if output.get("truncated"):
         shown.append("… (the engine truncated this output at its limit)")
     return shown
+
+
+def outcome_lines(document: dict[str, Any] | None) -> list[str]:
+    """The completion value (``= ...``) or the thrown error and its first stack lines (``! ...``),
+    bounded and printable, from an execution document."""
+    report = attempt_report(document or {})
+    lines: list[str] = []
+    value = report.get("value")
+    if isinstance(value, dict) and value.get("json") not in (None, "null"):
+        text = str(value["json"])
+        lines.append(VALUE_PREFIX + printable(_bounded_line(text)))
+    error = report.get("error")
+    if isinstance(error, dict):
+        lines.append(ERROR_PREFIX + printable(_bounded_line(str(error.get("message")))))
+        stack = (error.get("stack") or "").splitlines()
+        lines += [ERROR_PREFIX + printable(_bounded_line(line)) for line in stack[:STACK_LINES_MAX]]
+        if len(stack) > STACK_LINES_MAX:
+            lines.append(f"{ERROR_PREFIX}… {len(stack) - STACK_LINES_MAX} more stack lines")
+    return lines
+
+
+def _bounded_line(text: str) -> str:
+    return text if len(text) <= LINE_CHARS_MAX else text[:LINE_CHARS_MAX] + "…"
 
 
 class LockedStream:
@@ -148,14 +177,17 @@ class Console:
     def _outcome(self, event: dict[str, Any], key: tuple[object, object]) -> _ShowOutcome:
         state = event.get("state")
         reason = f" ({printable(str(event['reason']))})" if event.get("reason") else ""
+        # A failed attempt whose policy retries it goes back to Pending: say so, and show what
+        # it did like any finished attempt.
+        retrying = state == "Pending" and event.get("worker_status") in RETRIED_STATUSES
+        finished = state in STATES_WITH_OUTPUT or retrying
         with self._lock:
             execution_id = (
-                self._executions.pop(key, None)
-                if state in STATES_WITH_OUTPUT
-                else self._executions.get(key)
+                self._executions.pop(key, None) if finished else self._executions.get(key)
             )
-        text = f"occurrence {key[0]} attempt {key[1]}: {state}{reason}"
-        return _ShowOutcome(text, execution_id if state in STATES_WITH_OUTPUT else None)
+        shown = "Failed; a retry is scheduled (Pending)" if retrying else state
+        text = f"occurrence {key[0]} attempt {key[1]}: {shown}{reason}"
+        return _ShowOutcome(text, execution_id if finished else None)
 
     def _put(self, item: _Show | _ShowOutcome) -> None:
         try:
@@ -191,10 +223,10 @@ class Console:
             return [f"{OUTPUT_PREFIX}(output not available: {exc!r})"]
         if result.status is None:
             return [f"{OUTPUT_PREFIX}(output not available: {printable(result.detail)})"]
-        lines = output_lines(result.document)
+        lines = [OUTPUT_PREFIX + line for line in output_lines(result.document)]
         if not lines:
-            return [f"{OUTPUT_PREFIX}(no console output)"]
-        return [OUTPUT_PREFIX + line for line in lines]
+            lines = [f"{OUTPUT_PREFIX}(no console output)"]
+        return lines + outcome_lines(result.document)
 
     def close(self) -> None:
         """Print what is queued (bounded by ``CLOSE_TIMEOUT_S``), then stop the printer."""

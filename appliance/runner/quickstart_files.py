@@ -28,6 +28,7 @@ import os
 import re
 import socket
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -67,6 +68,32 @@ DEMO_SCHEDULE: Final = {
     },
 }
 _ENV_LINE: Final = re.compile(r"^export ([A-Z_][A-Z0-9_]*)=([\x21-\x7e]+)$")
+
+
+LEGACY_DATA_DIR: Final = "appliance-quickstart"  # in the working directory, before issue 21
+
+
+def default_data_dir(cwd: Path, environ: Mapping[str, str]) -> tuple[Path, str]:
+    """Where the quickstart keeps its files without ``--data-dir``, and why there.
+
+    A per-user data directory outside any checkout: ``$XDG_DATA_HOME/appliance/quickstart``
+    (XDG Base Directory spec: only an absolute ``XDG_DATA_HOME`` counts), else
+    ``~/.local/share/appliance/quickstart``. An ``./appliance-quickstart`` left in the working
+    directory by an earlier version is still found and used, so its store and credentials
+    resume instead of a second, empty quickstart appearing elsewhere.
+    """
+    legacy = cwd / LEGACY_DATA_DIR
+    if legacy.is_dir():
+        return legacy, f"found ./{LEGACY_DATA_DIR} from an earlier run; using it"
+    xdg = environ.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(
+            xdg
+        ) / "appliance" / "quickstart", "the per-user data directory ($XDG_DATA_HOME)"
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / ".local" / "share" / "appliance" / "quickstart", (
+        "per-user data directory (~/.local/share)"
+    )
 
 
 class QuickstartError(Exception):

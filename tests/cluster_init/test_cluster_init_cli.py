@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from appliance.cli.main import main as appliance_main
+from appliance.cluster_init.readme import installed_command
 from appliance.config.contract import contract_digest
 from appliance.config.runner import load_runner_config
 
@@ -128,16 +131,36 @@ def test_readme_gives_a_start_command_for_every_process(tmp_path: Path) -> None:
     out = tmp_path / "c"
     assert cluster_init("--out", str(out), "--base-port", "30000") == 0
     readme = (out / "README.md").read_text()
+    app = installed_command()
     for i in (1, 2, 3):
-        assert f". ./cluster.env && appliance runner voter-{i}.json" in readme
-    assert "appliance worker --config worker.json" in readme
-    assert "appliance admin status --addr 127.0.0.1:30020" in readme
+        assert f". ./cluster.env && {app} runner voter-{i}.json" in readme
+    assert f"{app} worker --config worker.json" in readme
+    assert f"{app} admin status --addr 127.0.0.1:30020,127.0.0.1:30021,127.0.0.1:30022" in readme
+
+
+def test_readme_uses_the_installed_command_never_a_bare_appliance(tmp_path: Path) -> None:
+    out = tmp_path / "c"
+    assert cluster_init("--out", str(out)) == 0
+    readme = (out / "README.md").read_text()
+    app = installed_command()
+    assert app.endswith("/appliance") or app.endswith(" -m appliance")
+    assert Path(shlex.split(app)[0]).is_absolute() and Path(shlex.split(app)[0]).exists()
+    for line in readme.splitlines():
+        code = line.strip()
+        if line.startswith("    ") and code:
+            assert not code.startswith("appliance "), line
+            assert "&& appliance " not in code, line
+    # the command really runs: --version through the written path
+    result = subprocess.run(
+        [*shlex.split(app), "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
 
 
 def test_every_command_in_the_written_readme_parses(tmp_path: Path) -> None:
     out = tmp_path / "c"
     assert cluster_init("--voters", "5", "--out", str(out)) == 0
-    commands = commands_in((out / "README.md").read_text(), "appliance")
+    commands = commands_in((out / "README.md").read_text(), installed_command())
     assert len(commands) == 5 + 5 + 1 + 1 + 2  # checks, voters, worker check, worker, look
     parser = appliance_parser()
     assert all(parses(parser, command) for command in commands), commands
@@ -147,7 +170,8 @@ def test_readme_quotes_a_directory_with_a_space_for_the_shell(tmp_path: Path) ->
     out = tmp_path / "my cluster"
     assert cluster_init("--out", str(out)) == 0
     readme = (out / "README.md").read_text()
-    assert f"cd '{out}' && . ./cluster.env && appliance runner voter-1.json" in readme
+    app = installed_command()
+    assert f"cd '{out}' && . ./cluster.env && {app} runner voter-1.json" in readme
 
 
 def test_readme_mentions_the_demo_only_when_it_was_written(tmp_path: Path) -> None:

@@ -118,3 +118,24 @@ def test_the_digest_is_a_sha256_hex_string_and_stable() -> None:
     digest = digest_of(copy.deepcopy(runner_dict()))
     assert len(digest) == 64 and int(digest, 16) >= 0
     assert digest == digest_of(runner_dict())
+
+
+# The digest of ``runner_dict()`` (its seed schedule written with the full policy), computed before
+# ``policy`` became optional (issue 21). A store sealed then must keep accepting its config.
+DIGEST_BEFORE_POLICY_DEFAULTS = "d3189597f0162bab8dc33278f20f92c1f2817221a6ac41458c79921fd75e64a6"
+
+
+def test_an_existing_digest_is_unchanged_by_policy_defaults() -> None:
+    assert digest_of(runner_dict()) == DIGEST_BEFORE_POLICY_DEFAULTS
+
+
+def test_a_schedule_without_policy_has_the_digest_of_the_written_out_defaults() -> None:
+    doc = runner_dict()
+    del doc["schedules"][0]["policy"]
+    assert digest_of(doc) == DIGEST_BEFORE_POLICY_DEFAULTS
+    partial = runner_dict()
+    partial["schedules"][0]["policy"] = {"retry": {}}
+    assert digest_of(partial) == DIGEST_BEFORE_POLICY_DEFAULTS
+    other = runner_dict()
+    other["schedules"][0]["policy"] = {"overlap": "Queue"}
+    assert digest_of(other) != DIGEST_BEFORE_POLICY_DEFAULTS

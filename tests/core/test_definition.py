@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from appliance.core.definition import (
     CODE_BYTES_MAX,
+    DEFAULT_POLICY,
     Definition,
     DefinitionProblems,
     MissedCatchUp,
@@ -265,18 +266,51 @@ def test_unknown_fields_are_rejected_at_every_level(where: str, path: str) -> No
     assert problems_of(doc) == [(path, "unknown field")]
 
 
-@pytest.mark.parametrize("missing", ["cron", "timezone", "policy"])
-def test_every_field_but_name_is_required(missing: str) -> None:
+@pytest.mark.parametrize("missing", ["cron", "timezone"])
+def test_every_field_but_name_and_policy_is_required(missing: str) -> None:
     doc = seed()
     del doc[missing]
     assert problems_of(doc) == [(missing, "is required")]
 
 
-@pytest.mark.parametrize("missing", ["missed", "overlap", "retry"])
-def test_every_policy_field_is_required(missing: str) -> None:
+def test_an_omitted_policy_means_skip_skip_and_no_retries() -> None:
     doc = seed()
+    del doc["policy"]
+    parsed = parse_definition(doc, LIMITS)
+    assert parsed.policy == DEFAULT_POLICY
+    assert parsed.policy == Policy(MissedSkip(), OverlapPolicy.SKIP, RetryPolicy(0, 0))
+    # normalized: the JSON form always carries the full policy, equal to the written-out one
+    assert definition_to_json(parsed) == definition_to_json(parse_definition(seed(), LIMITS))
+
+
+@pytest.mark.parametrize(
+    ("missing", "default"),
+    [
+        ("missed", MissedSkip()),
+        ("overlap", OverlapPolicy.SKIP),
+        ("retry", RetryPolicy(0, 0)),
+    ],
+)
+def test_every_policy_member_has_a_default(missing: str, default: object) -> None:
+    doc = seed()
+    doc["policy"] = {"missed": "RunOnce", "overlap": "Queue", "retry": {"max_retries": 3}}
     del doc["policy"][missing]
-    assert problems_of(doc) == [(f"policy.{missing}", "is required")]
+    parsed = parse_definition(doc, LIMITS).policy
+    assert getattr(parsed, missing) == default
+
+
+def test_retry_members_default_to_zero() -> None:
+    doc = seed()
+    doc["policy"]["retry"] = {"delay_seconds": 30}
+    assert parse_definition(doc, LIMITS).policy.retry == RetryPolicy(0, 30)
+    doc["policy"]["retry"] = {}
+    assert parse_definition(doc, LIMITS).policy.retry == RetryPolicy(0, 0)
+
+
+def test_a_null_policy_is_still_refused() -> None:
+    doc = seed()
+    doc["policy"] = None
+    assert [path for path, _ in problems_of(doc)] == ["policy"]
 
 
 def test_all_problems_are_reported_together_with_their_paths() -> None:

@@ -7,7 +7,8 @@ four spaces after a blank line) and prose. From the blocks we take:
   appliance …``, ``python appliance.pyz …``), after ``$`` prompts, ``cd … &&`` prefixes, ``VAR=x``
   assignments, comments and line continuations are removed. Synopsis lines are understood:
   ``[--opt X]`` groups are optional (the line must parse without them and with them) and
-  upper-case placeholders (``ID``, ``DATA_DIR``, ``FILE|-``) stand for a value;
+  upper-case placeholders (``ID``, ``DATA_DIR``, ``FILE|-``) and shell variables (``"$OCC"``)
+  stand for a value;
 - **JSON examples**: fenced ``json`` blocks holding one object, or one object per line. A line
   ``<!-- docs-check: invalid -->`` right before a block says the example is *meant* to be refused.
 
@@ -170,10 +171,17 @@ def placeholders() -> frozenset[str]:
     return frozenset(word for word in found if _PLACEHOLDER.match(word))
 
 
+_SHELL_VARIABLE = re.compile(r"^\$\{?[A-Z_][A-Z0-9_]*\}?$")
+
+
 def _words(text: str) -> tuple[str, ...]:
-    """Shell words; a placeholder of the parser stands for a value ("1" fits every type)."""
+    """Shell words; a placeholder of the parser, or a shell variable (``$OCC``), stands for a
+    value ("1" fits every type)."""
     names = placeholders()
-    return tuple("1" if word in names else word for word in shlex.split(text, comments=True))
+    return tuple(
+        "1" if word in names or _SHELL_VARIABLE.match(word) else word
+        for word in shlex.split(text, comments=True)
+    )
 
 
 def commands(page: Path, text: str | None = None) -> list[Command]:

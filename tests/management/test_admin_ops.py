@@ -37,7 +37,8 @@ def test_create_from_file_and_stdin_then_list_as_a_table(live: Live, tokens, tmp
     assert code == 0 and json.loads(out)["result"] == {"id": 2}
     code, out, _ = run(live, ["list"])
     assert code == 0
-    assert "schedules:" in out and "DEFINITION.CRON" in out and "stale local view" in out
+    header = out.splitlines()[0].split()
+    assert header[:4] == ["ID", "NAME", "CRON", "TIMEZONE"] and "stale local view" in out
     assert DEFINITION["code"] not in out
 
 
@@ -105,3 +106,14 @@ def test_invalid_input_exits_2_and_sends_nothing(live: Live, tokens, argv, messa
 def test_an_unreachable_listener_is_reported_as_not_sent(tokens) -> None:
     code, _, err = run(None, ["status", "--addr", "127.0.0.1:9"])
     assert code == 1 and "nothing was sent" in err
+
+
+def test_create_of_a_definition_with_several_problems_lists_them_all(live: Live, tokens) -> None:
+    bad = {**DEFINITION, "cron": "61 * * * *", "timezone": "Mars/Base"}
+    code, _, err = run(live, ["create", "-"], stdin=json.dumps(bad))
+    assert code == 1 and "HTTP 400 invalid_definition" in err
+    assert "\n  definition.cron: " in err and "\n  definition.timezone: " in err
+    code, out, _ = run(live, ["create", "-", "--json"], stdin=json.dumps(bad))
+    problems = json.loads(out)["error"]["problems"]
+    assert [p["field"] for p in problems] == ["definition.cron", "definition.timezone"]
+    assert live.runner.executed == []

@@ -147,10 +147,12 @@ def test_authorization_matrix_on_a_real_voter(real: RealVoter, kind, action, tra
         assert operator_events(real.voter) == before
         return
     if action in ("cancel", "acknowledge_stopped"):
-        # Allowed, reached the loop; the core refused occurrence 999 after admission, which the
-        # listener reports conservatively as uncertain (seeds/001 "Error behavior").
-        assert outcome_status == 503
-        assert body["outcome"] == "uncertain" and body["retry_safe"] is False
+        # Allowed, reached the loop; the core refused occurrence 999 on apply: a definite
+        # refusal (404 with the core's reason), never reported as uncertain.
+        assert outcome_status == 404, body
+        assert body["error"]["code"] == "no_such_occurrence"
+        assert "no occurrence 999" in body["error"]["message"]
+        assert "outcome" not in body and "retry_safe" not in body
         assert operator_events(real.voter) == before + 1
         return
     assert outcome_status == 200, body

@@ -54,10 +54,11 @@ def test_history_prints_drop_counters_recent_reasons_and_a_timeline_table(live: 
     assert code == 0, err
     assert "dropped slots: missed 2, overlap 0, capacity 0" in out
     lines = out.splitlines()
-    header = next(line for line in lines if line.startswith("OCCURRENCE"))
+    header = next(line for line in lines if line.startswith("OCC"))
     assert header.split() == [
-        "OCCURRENCE", "DUE", "ATTEMPT", "STATE", "AT", "REASON", "EXECUTION", "FAILURE"
+        "OCC", "DUE", "TRY", "STATE", "AT", "REASON", "EXECUTION", "FAILURE"
     ]  # fmt: skip
+    assert all(len(line) <= 100 for line in lines)
     rows = lines[lines.index(header) + 1 :]
     assert rows[0].split()[:4] == ["1", "2027-01-15T08:01:00Z", "1", "Pending"]
     assert rows[2].split()[1:2] == ["Succeeded"] and rows[2].split()[-1] == "s1-o1-a1"
@@ -74,7 +75,9 @@ def test_output_prints_the_console_text_and_a_trailer(live: Live) -> None:
     _workload(live)
     code, out, _ = run(live, ["output", "2"])
     assert code == 0
-    assert out.startswith("tick\n-- occurrence 2 attempt 1 (s1-o2-a1, completed): 5 bytes --")
+    assert out.startswith(
+        "tick\n-- value: null\n-- occurrence 2 attempt 1 (s1-o2-a1, completed): 5 bytes --"
+    )
 
 
 def test_status_shows_voters_owner_grant_worker_pool_and_warnings(live: Live) -> None:

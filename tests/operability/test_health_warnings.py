@@ -6,10 +6,14 @@ from dataclasses import replace
 
 from appliance.metrics.health import (
     CHECKPOINT_WARNING_BYTES,
+    DAY_S,
     GRANT_WARNING_S,
+    WARNING_RULES,
     HealthInputs,
+    HealthWarning,
     WorkerView,
     health_document,
+    warning_rule,
     warnings_for,
 )
 from appliance.metrics.runner import RunnerMetrics, StateFigures, VoterView
@@ -48,21 +52,72 @@ def test_a_healthy_cluster_has_no_warnings() -> None:
 
 
 def test_no_quorum_when_fewer_than_a_majority_of_voters_answer() -> None:
-    one_down = replace(HEALTHY, peers=[HEALTHY.peers[0], VoterView("v3", False)])
-    assert codes(one_down) == []  # 2 of 3 is a majority
     both_down = replace(HEALTHY, peers=[VoterView("v2", False), VoterView("v3", False)])
-    assert codes(both_down) == ["no_quorum"]
+    assert codes(both_down) == ["no_quorum", "voter_unreachable", "voter_unreachable"]
+    assert warnings_for(both_down)[0]["severity"] == "critical"
+
+
+def test_one_voter_down_is_unreachable_and_quorum_at_risk() -> None:
+    one_down = replace(HEALTHY, peers=[HEALTHY.peers[0], VoterView("v3", False)])
+    warnings = warnings_for(one_down)
+    assert [w["code"] for w in warnings] == ["quorum_at_risk", "voter_unreachable"]
+    assert "v3" in warnings[1]["message"]
+    assert "losing one more" in warnings[0]["message"]
+
+
+def test_five_voters_with_one_down_are_not_at_risk_yet() -> None:
+    peers = [VoterView(f"v{i}", True) for i in (2, 3, 4)] + [VoterView("v5", False)]
+    assert codes(replace(HEALTHY, peers=peers, voters_total=5)) == ["voter_unreachable"]
+    two_down = [VoterView(f"v{i}", True) for i in (2, 3)] + [
+        VoterView("v4", False),
+        VoterView("v5", False),
+    ]
+    assert codes(replace(HEALTHY, peers=two_down, voters_total=5)) == [
+        "quorum_at_risk", "voter_unreachable", "voter_unreachable"
+    ]  # fmt: skip
+
+
+def test_a_single_voter_is_never_at_risk() -> None:
+    assert codes(replace(HEALTHY, peers=[], voters_total=1)) == []
 
 
 def test_no_leader_is_warned() -> None:
     assert codes(replace(HEALTHY, raft={**HEALTHY.raft, "leader_id": None})) == ["no_leader"]
 
 
-def test_grant_expiring_is_warned_strictly_under_seven_days_and_expired_at_zero() -> None:
-    assert codes(replace(HEALTHY, grant_seconds_left=GRANT_WARNING_S)) == []
-    assert codes(replace(HEALTHY, grant_seconds_left=GRANT_WARNING_S - 1)) == ["grant_expiring"]
-    assert codes(replace(HEALTHY, grant_seconds_left=1)) == ["grant_expiring"]
-    assert codes(replace(HEALTHY, grant_seconds_left=0)) == ["grant_expired"]
+def _grant(left_s: float) -> list[tuple[str, str]]:
+    return [
+        (w["code"], w["severity"])
+        for w in warnings_for(replace(HEALTHY, grant_seconds_left=left_s))
+    ]
+
+
+def test_grant_expiry_is_warned_at_30_7_and_1_days_and_expired_at_zero() -> None:
+    assert GRANT_WARNING_S == 30 * DAY_S
+    assert _grant(30 * DAY_S) == []
+    assert _grant(30 * DAY_S - 1) == [("grant_expiring", "notice")]
+    assert _grant(7 * DAY_S) == [("grant_expiring", "notice")]
+    assert _grant(7 * DAY_S - 1) == [("grant_expiring", "warning")]
+    assert _grant(1 * DAY_S) == [("grant_expiring", "warning")]
+    assert _grant(1 * DAY_S - 1) == [("grant_expiring", "critical")]
+    assert _grant(1) == [("grant_expiring", "critical")]
+    assert _grant(0) == [("grant_expired", "critical")]
+
+
+def test_another_area_adds_a_warning_with_one_rule() -> None:
+    @warning_rule
+    def _growth(h: HealthInputs):
+        if h.extra.get("log_bytes", 0) > 100:
+            yield HealthWarning("log_growing", "notice", "the log is large")
+
+    try:
+        assert codes(replace(HEALTHY, extra={"log_bytes": 101})) == ["log_growing"]
+        assert codes(replace(HEALTHY, extra={"log_bytes": 100})) == []
+        # most severe first, whatever the registration order
+        mixed = replace(HEALTHY, extra={"log_bytes": 101}, raft={**HEALTHY.raft, "leader_id": None})
+        assert codes(mixed) == ["no_leader", "log_growing"]
+    finally:
+        WARNING_RULES.remove(_growth)
 
 
 def test_checkpoint_near_cap_from_eighty_percent_of_the_budget() -> None:

@@ -7,10 +7,13 @@ import json
 import threading
 
 from appliance.runner.quickstart_console import (
+    ERROR_PREFIX,
     LINE_CHARS_MAX,
     OUTPUT_LINES_MAX,
     OUTPUT_PREFIX,
     QUEUE_LINES_MAX,
+    STACK_LINES_MAX,
+    VALUE_PREFIX,
     Console,
     output_lines,
     printable,
@@ -163,3 +166,62 @@ def test_nothing_is_printed_before_release_so_the_banner_comes_first() -> None:
         "banner",
         "the voter owns the schedules (ownership epoch 1)",
     ]
+
+
+class ScriptedWorker:
+    def __init__(self, documents: dict[str, dict[str, object]]) -> None:
+        self.documents = documents
+
+    def observe(self, execution_id: str) -> ObserveResult:
+        document = self.documents[execution_id]
+        return ObserveResult(str(document["status"]), document)
+
+
+def test_the_completion_value_and_a_thrown_error_are_shown_under_the_output() -> None:
+    stack = "Error: boom\n" + "".join(f"    at f{i} (s.js:{i}:1)\n" for i in range(7))
+    worker = ScriptedWorker(
+        {
+            "ex-1": {"status": "failed", "reason": "uncaught exception", "error": stack,
+                     "output": {"text": "working\n"}},
+            "ex-2": {"status": "completed", "result": {"answer": 42}, "output": {"text": ""}},
+        }
+    )  # fmt: skip
+    _, out = _run(
+        [
+            _event("dispatch_accepted", occurrence=1, attempt=1, execution_id="ex-1"),
+            _event("outcome", occurrence=1, attempt=1, state="Pending", worker_status="failed"),
+            _event("dispatch_accepted", occurrence=1, attempt=2, execution_id="ex-2"),
+            _event("outcome", occurrence=1, attempt=2, state="Succeeded"),
+        ],
+        worker,  # type: ignore[arg-type]
+    )
+    assert out.splitlines() == [
+        "occurrence 1 attempt 1: Failed; a retry is scheduled (Pending)",
+        OUTPUT_PREFIX + "working",
+        ERROR_PREFIX + "Error: boom",
+        *(ERROR_PREFIX + f"    at f{i} (s.js:{i}:1)" for i in range(STACK_LINES_MAX)),
+        ERROR_PREFIX + "… 2 more stack lines",
+        "occurrence 1 attempt 2: Succeeded",
+        OUTPUT_PREFIX + "(no console output)",
+        VALUE_PREFIX + '{"answer": 42}',
+    ]
+
+
+def test_an_escape_sequence_in_a_value_or_error_is_escaped() -> None:
+    worker = ScriptedWorker(
+        {
+            "ex-1": {"status": "completed", "result": "\u001b[2J", "output": {"text": "x\n"}},
+            "ex-2": {"status": "failed", "error": "Error: \u001b[31m", "output": {"text": ""}},
+        }
+    )
+    _, out = _run(
+        [
+            _event("dispatch_accepted", occurrence=1, attempt=1, execution_id="ex-1"),
+            _event("outcome", occurrence=1, attempt=1, state="Succeeded"),
+            _event("dispatch_accepted", occurrence=2, attempt=1, execution_id="ex-2"),
+            _event("outcome", occurrence=2, attempt=1, state="Failed"),
+        ],
+        worker,  # type: ignore[arg-type]
+    )
+    assert "\u001b" not in out
+    assert VALUE_PREFIX + "\"\\u001b[2J\"" in out and "\\x1b[31m" in out

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import stat
 from collections.abc import Iterator
@@ -195,3 +196,66 @@ def test_a_new_data_dir_is_private_and_an_existing_one_keeps_its_mode(tmp_path: 
     existing.chmod(0o755)
     prepare(existing, NOW)
     assert stat.S_IMODE(existing.stat().st_mode) == 0o755
+
+
+def test_the_default_data_dir_is_per_user_outside_the_checkout(tmp_path: Path) -> None:
+    from appliance.runner.quickstart_files import default_data_dir
+
+    cwd = tmp_path / "checkout"
+    cwd.mkdir()
+    found, why = default_data_dir(cwd, {"XDG_DATA_HOME": str(tmp_path / "xdg"), "HOME": "/h"})
+    assert found == tmp_path / "xdg" / "appliance" / "quickstart" and "XDG_DATA_HOME" in why
+    found, why = default_data_dir(cwd, {"HOME": str(tmp_path / "home")})
+    assert found == tmp_path / "home" / ".local" / "share" / "appliance" / "quickstart"
+    # a relative XDG_DATA_HOME is ignored (XDG Base Directory spec)
+    found, _ = default_data_dir(cwd, {"XDG_DATA_HOME": "rel", "HOME": str(tmp_path / "home")})
+    assert found.parent.parent.parent == tmp_path / "home" / ".local"
+    assert cwd not in found.parents
+
+
+def test_an_existing_checkout_data_dir_is_still_found_and_used(tmp_path: Path) -> None:
+    from appliance.runner.quickstart_files import default_data_dir
+
+    (tmp_path / "appliance-quickstart").mkdir()
+    found, why = default_data_dir(tmp_path, {"XDG_DATA_HOME": str(tmp_path / "xdg")})
+    assert found == tmp_path / "appliance-quickstart" and "earlier run" in why
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "appliance-quickstart").write_text("not a directory")
+    found, _ = default_data_dir(tmp_path / "elsewhere", {"XDG_DATA_HOME": str(tmp_path / "x")})
+    assert found == tmp_path / "x" / "appliance" / "quickstart"
+
+
+def test_git_ignores_a_checkout_data_dir() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert "appliance-quickstart/" in (root / ".gitignore").read_text().splitlines()
+
+
+def test_without_data_dir_the_quickstart_writes_outside_the_working_directory(
+    tmp_path: Path,
+) -> None:
+    """The README's command as is (no --data-dir): files go to ~/.local/share, path printed."""
+    from tests.quickstart.session import Quickstart
+
+    home, cwd = tmp_path / "home", tmp_path / "checkout"
+    home.mkdir()
+    cwd.mkdir()
+    qs = Quickstart(tmp_path / "unused", "--time-scale", "60")
+    qs.argv = [a for a in qs.argv if a not in ("--data-dir", str(tmp_path / "unused"))]
+    qs.env = {**qs.env, "HOME": str(home)}
+    qs.env.pop("XDG_DATA_HOME", None)
+    expected = home / ".local" / "share" / "appliance" / "quickstart"
+    original = os.getcwd()
+    os.chdir(cwd)  # Popen inherits it
+    try:
+        qs.start()
+    finally:
+        os.chdir(original)
+    try:
+        qs.expect(lambda line: "Ctrl-C stops both" in line, "the banner")
+        assert qs.stdout_lines[0].startswith(f"appliance quickstart: data in {expected} ")
+        assert "per-user data directory (~/.local/share)" in qs.stdout_lines[1]
+        assert (expected / "credentials.env").exists()
+        assert list(cwd.iterdir()) == []  # nothing in the checkout
+        assert qs.interrupt() == 0
+    finally:
+        qs.kill()

@@ -111,6 +111,12 @@ def test_admin_status_as_printed_answers_with_the_owner(first: FirstSession) -> 
 def test_ctrl_c_exits_0_and_leaves_no_child_process(first: FirstSession) -> None:
     assert first.exit_code == 0, first.qs.transcript()
     assert first.qs.stdout_lines[-1] == "appliance quickstart: stopped"
+    # Ctrl-C said what it waits for and for how long, before waiting
+    said = [line for line in first.qs.stdout_lines if line.startswith("appliance quickstart: ")]
+    drain = next(line for line in said if "stopping: scheduling stopped" in line)
+    assert "nothing to wait for" in drain or "waiting up to 10 s" in drain
+    assert any("stopping the worker" in line and "up to 30 s" in line for line in said)
+    assert said.index(drain) < said.index("appliance quickstart: stopped")
     assert first.worker_pid in first.children  # the worker was a child, now gone
     assert [pid for pid in first.children if alive(pid)] == []
 

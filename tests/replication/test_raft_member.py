@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from appliance.capabilities import local_capabilities
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.credentials import resolve_runner_credentials
 from appliance.config.runner import parse_runner_config
@@ -96,6 +97,14 @@ def test_three_members_from_runner_configs_elect_commit_and_guard_status(tmp_pat
             "last_log_index",
         }
         assert status["node_id"] == "n2" and status["commit_index"] >= 2
+        # The version gate: each voter reports what it applies; the leader's poll reads it.
+        assert status["capabilities"] == local_capabilities().to_json()
+        gate = leader.capabilities
+        gate.poll_once()
+        assert all(report == local_capabilities() for report in gate.reports().values())
+        assert gate.refusal("Observe") is None
+        refusal = gate.refusal("FutureCommand")
+        assert refusal is not None and all(f"{i} (binary" in refusal for i in ids)
     finally:
         client.close()
         for member in members.values():

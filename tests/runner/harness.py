@@ -132,7 +132,9 @@ class Voter:
         now_s: float = T0 + 1,
         wrap: Callable[[Any], Any] | None = None,
         unknown_poll_s: float = 0.2,
+        gate: Callable[[str], str | None] | None = None,
     ) -> None:
+        self._gate = gate
         # Unknown attempts are re-observed after unknown_poll_s real seconds (10 s in production).
         self._unknown_poll_s = unknown_poll_s
         self.cfg = cfg or config()
@@ -160,6 +162,7 @@ class Voter:
             clock=self.clock,
             log=DecisionLog("v1", self.log_stream),
             unknown_poll_s=self._unknown_poll_s,
+            gate=self._gate,
         )
         self.worker.runner = self.runner
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import ast
 import json
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from appliance.runner.machine import encode_command
-from appliance.runner.owner_events import Propose
+from appliance.runner.owner_events import Propose, Tick
 from tests.runner.harness import T0, Voter, definition
 
 RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
@@ -80,3 +82,47 @@ def test_every_proposal_of_the_driver_is_an_owner_effect() -> None:
     # Ownership, the create, the folded observation and claim, the admission and the outcome.
     assert {"AcquireOwnership", "CreateSchedule", "Admit", "RecordOutcome"} <= kinds, kinds
     assert sorted(proposed) == sorted(effects)
+
+
+class StalledObservation(RecordingReplication):
+    """Holds every observation's proposal until released."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.release = threading.Event()
+        self.held = threading.Event()
+
+    def propose(self, command: bytes, *, timeout_s: float) -> Any:
+        if json.loads(command)["command"] == "ObserveAndClaim":
+            self.held.set()
+            self.release.wait(10.0)
+        return super().propose(command, timeout_s=timeout_s)
+
+
+def test_the_loop_sleeps_while_the_owner_waits_for_a_commit() -> None:
+    stalls: list[StalledObservation] = []
+
+    def wrap(replication: Any) -> StalledObservation:
+        stalls.append(StalledObservation(replication))
+        return stalls[-1]
+
+    voter = Voter(wrap=wrap)
+    ticks: list[float] = []
+    handle = voter.runner.owner.handle
+
+    def counting(event: Any, wall_s: float) -> list[Any]:
+        if isinstance(event, Tick):
+            ticks.append(wall_s)
+        return handle(event, wall_s)
+
+    voter.runner.owner.handle = counting  # type: ignore[method-assign]
+    with voter as v:
+        assert v.command(json.dumps({"action": "create", "definition": definition()}))["ok"]
+        v.advance_to(T0 + 60)
+        assert stalls[0].held.wait(10.0)
+        before = len(ticks)
+        time.sleep(0.3)  # the commit is held: the loop has nothing to do but wait
+        spun = len(ticks) - before
+        stalls[0].release.set()
+        v.wait_state(1, "Succeeded")
+    assert spun <= 3, f"{spun} ticks in 0.3 s while the owner waited for a commit"

@@ -4,6 +4,7 @@ bench that commits each ``Propose`` through the real apply, in order)."""
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -182,3 +183,57 @@ def test_a_failed_proposal_of_a_claim_is_adopted_once_it_is_seen_committed() -> 
     bench.settle()
     assert [e["occurrence"] for e in bench.events("claim_adopted")] == [1]
     assert sum(isinstance(e, DispatchRequest) for e in bench.pending) == 1
+
+
+def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
+    bench = Bench()
+    bench.owner = Owner(
+        cfg=bench.cfg,
+        state=bench.machine,
+        gate=lambda kind: "waits for v2" if kind == "CreateSchedule" else None,
+    )
+    bench.acquire()
+    out = bench.feed(OperatorRequest(3, OperatorCommand("create", {"definition": definition()})))
+    assert not any(isinstance(e, Propose) for e in out)
+    (reply,) = [e for e in out if isinstance(e, Reply)]
+    assert reply.value["status"] == 400 and "waits for v2" in reply.value["error"]["message"]
+
+
+def test_while_a_decision_waits_for_its_commit_no_wake_is_asked_for() -> None:
+    bench = Bench()
+    bench.acquire()
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": definition()})))
+    bench.settle()
+    assert bench.owner.next_due_s() == T0 + 60
+    bench.wall_s = T0 + 61
+    bench.feed(Tick())
+    folded = bench.take(Propose)  # the observation waits for its commit
+    assert bench.owner.next_due_s() is None  # a driver waking for the past due slot would spin
+    bench.commit(folded)
+    bench.settle()
+    assert bench.owner.next_due_s() == T0 + 120
+
+
+def test_the_claims_of_one_pulse_are_proposed_together() -> None:
+    bench = Bench()
+    bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=2))
+    bench.machine = Machine(None, bench.cfg.limits)
+    bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
+    bench.acquire()
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 4}})
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
+    bench.settle()
+    bench.wall_s = T0 + 4 * 60 + 1
+    bench.feed(Tick())
+    bench.settle()  # four created, two claimed in the observation (the running limit)
+    dispatches = [bench.take(DispatchRequest) for _ in range(2)]
+    for dispatch in dispatches:
+        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "x")))
+    for timer in [bench.take(SetTimer) for _ in dispatches]:
+        bench.feed(TimerFired(timer.token))
+    for observe in [bench.take(ObserveRequest) for _ in dispatches]:
+        bench.feed(ObserveAnswered(observe.token, ObserveResult("completed")))
+    bench.settle()  # both outcomes committed, one after the other (the second one waited)
+    out = bench.feed(Tick())
+    claims = [e for e in out if isinstance(e, Propose)]
+    assert [type(e.command).__name__ for e in claims] == ["ClaimOccurrence"] * 2

@@ -2,9 +2,10 @@
 
 Modules, one job each: ``gateway`` (the interface into the runner loop and its bounded queue),
 ``commands`` (validation and authorization before the queue), ``replies`` (gateway outcome →
-safe reply, the error table), ``app`` (Falcon routes and middleware order), ``mcp_tools`` and
-``mcp_endpoint`` (MCP 2026-07-28), ``listener`` (waitress on loopback only), ``wiring``
-(connecting a ``Runner``), ``openapi`` (docs/openapi.json).
+safe reply, the error table), ``refusals`` (which definite refusal a loop reply reports),
+``app`` (Falcon routes and middleware order), ``mcp_tools`` and ``mcp_endpoint`` (MCP
+2026-07-28), ``listener`` (waitress on loopback only), ``wiring`` (connecting a ``Runner``),
+``openapi`` (docs/openapi.json).
 """
 
 from appliance.runner.management.app import (
@@ -16,6 +17,7 @@ from appliance.runner.management.gateway import (
     COMMAND_QUEUE_SLOTS,
     BoundedCommandQueue,
     CommandGateway,
+    DefinitelyRefused,
     NotOwner,
     QueueFull,
     Submitted,
@@ -31,6 +33,7 @@ __all__ = [
     "REQUEST_BYTES_MAX",
     "BoundedCommandQueue",
     "CommandGateway",
+    "DefinitelyRefused",
     "ManagementListener",
     "ManagementOptions",
     "ManagementService",

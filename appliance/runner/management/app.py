@@ -15,8 +15,10 @@ field, before the queue) and hand the command to the gateway (``replies.run_comm
 ``POST /mcp`` (``mcp_endpoint``). With an ``Observability`` (a live voter, see
 ``appliance.metrics.voter``) the documented extensions are mounted too, all read-only local views
 that never enter the runner loop: ``GET /metrics`` (Prometheus), ``GET /scheduler/v1/health``,
-``GET /scheduler/v1/occurrences/{id}`` (one occurrence's detail), ``GET
-/scheduler/v1/occurrences/{id}/output`` (console output fetched from the worker, bounded) and
+``GET /scheduler/v1/occurrences/{id}`` (one occurrence's detail, with each dispatched attempt's
+report), ``GET /scheduler/v1/occurrences/{id}/output[?attempt=N]`` (what one attempt did —
+completion value, error message and stack, console output, timings — fetched from the worker,
+bounded) and
 ``GET /scheduler/v1/schedules/{id}/history``. Nothing else is mounted.
 """
 
@@ -76,7 +78,7 @@ class Observability(Protocol):
 
     def occurrence(self, occurrence_id: int) -> ViewReply: ...
 
-    def output(self, occurrence_id: int) -> ViewReply: ...
+    def output(self, occurrence_id: int, attempt: int | None = None) -> ViewReply: ...
 
     def schedule(self, schedule_id: int) -> ViewReply: ...
 
@@ -167,7 +169,13 @@ class _Commands:
             log.info("management: refused %r (%s): %s", action, role, refused.code)
             send(
                 resp,
-                error_outcome(refused.status, refused.code, refused.message, field=refused.field),
+                error_outcome(
+                    refused.status,
+                    refused.code,
+                    refused.message,
+                    field=refused.field,
+                    problems=refused.problems,
+                ),
             )
             return
         send(resp, run_command(self._gateway, command, role, self._options.reply_timeout_s))
@@ -205,7 +213,17 @@ class _Output:
         self._views = views
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, occurrence_id: str) -> None:
-        send_view(resp, self._views.output(_path_id(occurrence_id, "occurrence_id")))
+        oid = _path_id(occurrence_id, "occurrence_id")
+        unknown = set(req.params) - {"attempt"}
+        if unknown:
+            raise ApiError(400, "invalid_query", f"{sorted(unknown)[0]}: unknown query parameter")
+        text = req.params.get("attempt")
+        if text is None:
+            send_view(resp, self._views.output(oid))
+            return
+        if not isinstance(text, str):
+            raise ApiError(400, "invalid_query", "attempt: give it once")
+        send_view(resp, self._views.output(oid, _path_id(text, "attempt")))
 
 
 class _History:
@@ -242,7 +260,7 @@ def create_management_app(
         STATUS_PATH: _Read("status", gateway, options),
         SCHEDULES_PATH: _Read("list", gateway, options),
         COMMANDS_PATH: _Commands(gateway, limits, options),
-        MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s),
+        MCP_PATH: McpEndpoint(gateway, limits, options.reply_timeout_s, observability),
     }
     if observability is not None:
         routes.update(observability_routes(observability))

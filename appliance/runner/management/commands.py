@@ -39,7 +39,14 @@ class Refused(Exception):
     """A command refused before the queue; nothing was submitted."""
 
     def __init__(
-        self, status: int, code: str, message: str, *, field: str | None = None, shape: bool = False
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        shape: bool = False,
+        problems: list[dict[str, str]] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -47,11 +54,14 @@ class Refused(Exception):
         self.message = message
         self.field = field
         self.shape = shape
+        self.problems = problems  # every (field, message) of an invalid definition
 
     def error(self) -> dict[str, Any]:
         error: dict[str, Any] = {"code": self.code, "message": self.message}
         if self.field is not None:
             error["field"] = self.field
+        if self.problems:
+            error["problems"] = self.problems
         return error
 
 
@@ -138,7 +148,11 @@ def _definition(value: Any, limits: Limits) -> dict[str, Any]:
         more = len(problems.problems) - 1
         suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
         raise Refused(
-            400, "invalid_definition", f"{field}: {message}{suffix}", field=field
+            400,
+            "invalid_definition",
+            f"{field}: {message}{suffix}",
+            field=field,
+            problems=[{"field": f, "message": m} for f, m in problems.problems],
         ) from None
     return definition_to_json(parsed)
 

@@ -16,12 +16,17 @@ Contract of a gateway (any implementation):
   that stops waiting, does not withdraw it (there is deliberately no ``cancel``/``withdraw``).
 - ``Submitted.wait(timeout_s)`` returns the loop's success reply (a JSON object), or raises
   ``NotOwner`` (this voter is not the acquired owner: the command was not applied, HTTP 409),
-  ``Uncertain`` (anything else after admission, including the wait timing out: the command may or
-  may not have taken effect, HTTP 503 ``outcome: "uncertain"``, ``retry_safe: false``).
+  ``DefinitelyRefused`` (the loop knows the command did not and will not take effect: it failed
+  validation before it was proposed, or a committed apply refused it; HTTP 400/404/422 with the
+  core's reason, see ``refusals``), ``Uncertain`` (anything else after admission, including the
+  wait timing out: the command may or may not have taken effect, HTTP 503
+  ``outcome: "uncertain"``, ``retry_safe: false``). A loop may also resolve with its stdin-shaped
+  error reply (``{"ok": false, "status": 400, ...}``); ``replies.run_command`` classifies it.
 
 ``BoundedCommandQueue`` is the real queue (64 slots by default) with both sides: the listener
 threads call ``submit``; the runner loop calls ``take()`` (or ``take_nowait()``) and completes each
-``Submitted`` with ``resolve(reply)``, ``not_owner(leader_hint)`` or ``uncertain(reason)``. The
+``Submitted`` with ``resolve(reply)``, ``not_owner(leader_hint)``, ``refused(status, code,
+message)`` or ``uncertain(reason)``. The
 consumer side is documented for the runner in README-gateway.md.
 """
 
@@ -51,6 +56,22 @@ class NotOwner(GatewayError):
     def __init__(self, leader_hint: str | None = None) -> None:
         super().__init__("this voter is not the acquired owner")
         self.leader_hint = leader_hint
+
+
+class DefinitelyRefused(GatewayError):
+    """The command certainly did not take effect (validation, or a committed apply refused it).
+
+    ``message`` is the core's reason (it names fields and states, never source or paths) and is
+    sent to the caller; ``status`` is 400, 404 or 422.
+    """
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        if status not in (400, 404, 422):
+            raise ValueError(f"status: a definite refusal is 400, 404 or 422, not {status}")
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
 
 
 class Uncertain(GatewayError):
@@ -87,6 +108,10 @@ class Submitted:
     def not_owner(self, leader_hint: str | None = None) -> None:
         self._complete(None, NotOwner(leader_hint))
 
+    def refused(self, status: int, code: str, message: str) -> None:
+        """The command certainly did not take effect (see ``DefinitelyRefused``)."""
+        self._complete(None, DefinitelyRefused(status, code, message))
+
     def uncertain(self, reason: str = "outcome unknown") -> None:
         self._complete(None, Uncertain(reason))
 
@@ -105,7 +130,8 @@ class Submitted:
         return self._done.is_set()
 
     def wait(self, timeout_s: float) -> dict[str, Any]:
-        """The reply, or ``NotOwner`` / ``Uncertain`` (also when ``timeout_s`` elapses)."""
+        """The reply, or ``NotOwner`` / ``DefinitelyRefused`` / ``Uncertain`` (also when
+        ``timeout_s`` elapses)."""
         if not self._done.wait(timeout_s):
             raise Uncertain(f"no reply from the runner loop within {timeout_s}s")
         if self._error is not None:
@@ -181,14 +207,16 @@ Handler = Callable[[dict[str, Any]], Mapping[str, Any]]
 def execute(submitted: Submitted, handler: Handler) -> None:
     """Run ``handler`` on one command and complete it; for a loop that executes synchronously.
 
-    ``handler`` returns the success reply, or raises ``NotOwner``; any other exception becomes
-    ``Uncertain`` (seeds/001: after admission the outcome is reported as uncertain, whatever the
-    core's reason), and its text stays in the local log.
+    ``handler`` returns the reply, or raises ``NotOwner`` or ``DefinitelyRefused``; any other
+    exception becomes ``Uncertain`` (nothing says whether it took effect), and its text stays in
+    the local log.
     """
     try:
         reply = handler(submitted.command)
     except NotOwner as exc:
         submitted.not_owner(exc.leader_hint)
+    except DefinitelyRefused as exc:
+        submitted.refused(exc.status, exc.code, exc.message)
     except Uncertain as exc:
         submitted.uncertain(exc.reason)
     except Exception as exc:

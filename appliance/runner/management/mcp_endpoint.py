@@ -59,9 +59,9 @@ from pydantic import ValidationError
 
 from appliance.core.limits import Limits
 from appliance.http import read_body
-from appliance.runner.management.commands import Refused, check_arguments
+from appliance.runner.management.commands import ID_MAX, Refused, check_arguments
 from appliance.runner.management.gateway import CommandGateway
-from appliance.runner.management.mcp_tools import tool_specs, visible_tools
+from appliance.runner.management.mcp_tools import OCCURRENCE_TOOL, tool_specs, visible_tools
 from appliance.runner.management.replies import Outcome, error_outcome, run_command
 
 log = logging.getLogger("appliance.runner.management.mcp")
@@ -149,7 +149,14 @@ def _decode_header_value(value: str | None) -> str | None:
 class McpEndpoint:
     """The Falcon resource for ``POST /mcp`` (see module doc)."""
 
-    def __init__(self, gateway: CommandGateway, limits: Limits, reply_timeout_s: float) -> None:
+    def __init__(
+        self,
+        gateway: CommandGateway,
+        limits: Limits,
+        reply_timeout_s: float,
+        views: Any = None,
+    ) -> None:
+        self._views = views  # a live voter's observability: enables the extension tool
         self._gateway = gateway
         self._limits = limits
         self._reply_timeout_s = reply_timeout_s
@@ -264,7 +271,7 @@ class McpEndpoint:
 
     def _tools_list(self, role: str) -> dict[str, Any]:
         return {
-            "tools": visible_tools(role, self._limits),
+            "tools": visible_tools(role, self._limits, extensions=self._views is not None),
             "resultType": "complete",
             "ttlMs": 0,
             # The list depends on the credential: never share it across authorization contexts.
@@ -273,6 +280,8 @@ class McpEndpoint:
 
     def _tools_call(self, params: dict[str, Any], role: str) -> dict[str, Any]:
         name = params.get("name")
+        if name == OCCURRENCE_TOOL and self._views is not None:
+            return self._occurrence(params.get("arguments"))
         spec = self._specs.get(name) if isinstance(name, str) else None
         if spec is None:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
@@ -285,9 +294,39 @@ class McpEndpoint:
             if refused.shape:
                 raise RpcError(INVALID_PARAMS, refused.message) from None
             return self._tool_result(
-                error_outcome(refused.status, refused.code, refused.message, field=refused.field)
+                error_outcome(
+                    refused.status,
+                    refused.code,
+                    refused.message,
+                    field=refused.field,
+                    problems=refused.problems,
+                )
             )
         return self._tool_result(run_command(self._gateway, command, role, self._reply_timeout_s))
+
+    def _occurrence(self, arguments: Any) -> dict[str, Any]:
+        """The extension tool: the occurrence detail, or one attempt's report."""
+        if not isinstance(arguments, dict):
+            raise RpcError(INVALID_PARAMS, "arguments must be a JSON object")
+        for key in arguments:
+            if key not in ("occurrence_id", "attempt"):
+                raise RpcError(INVALID_PARAMS, f"{key}: unknown field for {OCCURRENCE_TOOL}")
+        ids = {}
+        for key in ("occurrence_id", "attempt"):
+            value = arguments.get(key)
+            if value is None and key == "attempt":
+                continue
+            if type(value) is not int or not 1 <= value <= ID_MAX:
+                raise RpcError(INVALID_PARAMS, f"{key}: must be a positive integer id")
+            ids[key] = value
+        if "attempt" in ids:
+            reply = self._views.output(ids["occurrence_id"], ids["attempt"])
+        else:
+            reply = self._views.occurrence(ids["occurrence_id"])
+        body = dict(reply.body)
+        if reply.status != 200:
+            body.setdefault("status", reply.status)
+        return self._tool_result(Outcome(reply.status, body))
 
     @staticmethod
     def _tool_result(outcome: Outcome) -> dict[str, Any]:

@@ -57,12 +57,12 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
         ],
         "description": 'missed-run policy: "Skip", "RunOnce" or {"CatchUp": {"cap": N}}',
     }
+    # Every policy member is optional (missed Skip, overlap Skip, no retries), as is the policy.
     retry = _object(
         {
             "max_retries": {"type": "integer", "minimum": 0, "maximum": MAX_RETRIES_MAX},
             "delay_seconds": {"type": "integer", "minimum": 0, "maximum": DELAY_SECONDS_MAX},
         },
-        ("max_retries", "delay_seconds"),
     )
     policy = _object(
         {
@@ -70,7 +70,6 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
             "overlap": {"enum": ["Skip", "Queue", "Concurrent"]},
             "retry": retry,
         },
-        ("missed", "overlap", "retry"),
     )
     return _object(
         {
@@ -90,7 +89,7 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
             },
             "policy": policy,
         },
-        ("code", "cron", "timezone", "policy"),
+        ("code", "cron", "timezone"),
     )
 
 
@@ -123,11 +122,26 @@ def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
     return tools
 
 
-def visible_tools(role: str, limits: Limits) -> list[dict[str, Any]]:
+# Documented extension (docs/management.md): a read-only local view, mounted only on a live
+# voter (with its observability); it never enters the runner loop.
+OCCURRENCE_TOOL: Final = "scheduler_occurrence"
+OCCURRENCE_TOOL_SPEC: Final = {
+    "description": "Extension, read-only: what ran for one occurrence — its state, timeline, a "
+    "retry's 'retrying at T (attempt N of M)', and per dispatched attempt the completion value "
+    "(JSON), the thrown error's message and stack, console output and timings, fetched from the "
+    "worker. With attempt: that attempt's report only. A local view of this voter's replica.",
+    "inputSchema": _object({"occurrence_id": _ID, "attempt": _ID}, ("occurrence_id",)),
+}
+
+
+def visible_tools(role: str, limits: Limits, *, extensions: bool = False) -> list[dict[str, Any]]:
     """The tools ``role`` may discover (the recovery tool is omitted for the operator)."""
     allowed = allowed_actions(role)
-    return [
+    tools = [
         {"name": name, "description": spec["description"], "inputSchema": spec["inputSchema"]}
         for name, spec in tool_specs(limits).items()
         if spec["action"] in allowed
     ]
+    if extensions and allowed:
+        tools.append({"name": OCCURRENCE_TOOL, **OCCURRENCE_TOOL_SPEC})
+    return tools

@@ -97,7 +97,8 @@ def _extension_paths() -> dict[str, Any]:
             "get": {
                 "operationId": "occurrence",
                 "summary": "extension: one occurrence's detail (due time, timeline, attempt, "
-                "execution id, failure reason); a local view",
+                "execution id, failure reason, a retry's note) with each dispatched attempt's "
+                "report fetched from the worker (the newest 5); a local view",
                 "parameters": [_id_parameter("occurrence_id")],
                 "responses": {
                     "200": _view("OccurrenceDetail", "the retained record"),
@@ -109,12 +110,22 @@ def _extension_paths() -> dict[str, Any]:
         OUTPUT_PATH: {
             "get": {
                 "operationId": "occurrence_output",
-                "summary": "extension: the console output of the occurrence's latest "
-                "dispatched attempt, fetched from the worker (at most 64 KiB)",
-                "parameters": [_id_parameter("occurrence_id")],
+                "summary": "extension: what one attempt did — completion value (JSON, at most "
+                "16 KiB), the thrown error's message and stack (at most 8 KiB), console output "
+                "(at most 64 KiB), timings — fetched from the worker; the latest dispatched "
+                "attempt unless ?attempt=N",
+                "parameters": [
+                    _id_parameter("occurrence_id"),
+                    {
+                        "name": "attempt",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"type": "integer", "minimum": 1},
+                    },
+                ],
                 "responses": {
-                    "200": _view("Output", "the output as the worker holds it"),
-                    "404": _error_response("no such occurrence, or never dispatched"),
+                    "200": _view("Output", "the attempt as the worker holds it"),
+                    "404": _error_response("no such occurrence or attempt, or never dispatched"),
                     "502": _error_response("the worker did not return the execution"),
                     **by_id,
                 },
@@ -236,6 +247,24 @@ def _extension_schemas() -> dict[str, Any]:
                 "attempt": {"type": "integer"},
                 "execution_id": {"type": "string"},
                 "status": {"type": "string"},
+                "reason": {"type": ["string", "null"]},
+                "note": {"type": ["string", "null"]},
+                "value": {
+                    "type": ["object", "null"],
+                    "description": "completed runs: the completion value as JSON text",
+                    "properties": {"json": {"type": "string"}, "truncated": {"type": "boolean"}},
+                },
+                "error": {
+                    "type": ["object", "null"],
+                    "properties": {
+                        "message": {"type": "string"},
+                        "stack": {"type": ["string", "null"]},
+                        "stack_truncated": {"type": "boolean"},
+                    },
+                },
+                "started_at": _INSTANT,
+                "finished_at": _INSTANT,
+                "duration_ms": {"type": ["integer", "null"]},
                 "output": {
                     "type": "object",
                     "properties": {
@@ -315,7 +344,12 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                         "required": True,
                         "content": {"application/json": {"schema": {"$ref": _REF + "Command"}}},
                     },
-                    "responses": {**read_responses, "400": {"$ref": _ERR + "BadRequest"}},
+                    "responses": {
+                        **read_responses,
+                        "400": {"$ref": _ERR + "BadRequest"},
+                        "404": {"$ref": _ERR + "NoSuchId"},
+                        "422": {"$ref": _ERR + "StateForbids"},
+                    },
                 }
             },
             MCP_PATH: {
@@ -395,6 +429,10 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                         "outcome": {"const": "uncertain"},
                         "retry_safe": {"const": False},
                         "leader_hint": {"type": "string"},
+                        "leader_host": {
+                            "type": "string",
+                            "description": "the owner's advertise host (409 only)",
+                        },
                         "error": {
                             "type": "object",
                             "required": ["code", "message"],
@@ -402,6 +440,17 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                                 "code": {"type": "string"},
                                 "message": {"type": "string"},
                                 "field": {"type": "string"},
+                                "problems": {
+                                    "type": "array",
+                                    "description": "every problem of an invalid definition",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "field": {"type": "string"},
+                                            "message": {"type": "string"},
+                                        },
+                                    },
+                                },
                             },
                         },
                     },
@@ -413,7 +462,17 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": {"$ref": _REF + "Ok"}}},
                 },
                 "BadRequest": _error_response(
-                    "malformed command (error.field names it) or missing/false attestation"
+                    "malformed command (error.field names it) or missing/false attestation; "
+                    "nothing changed"
+                ),
+                "NoSuchId": _error_response(
+                    "definite refusal: no such schedule (no_such_schedule) or occurrence "
+                    "(no_such_occurrence); the message is the core's reason; nothing changed"
+                ),
+                "StateForbids": _error_response(
+                    "definite refusal: the occurrence's state or a limit forbids the command "
+                    "(not_allowed_in_state, schedule_limit, checkpoint_full, refused); the "
+                    "message is the core's reason; nothing changed"
                 ),
                 "Unauthorized": _error_response("missing or invalid management bearer"),
                 "Forbidden": _error_response(
@@ -422,8 +481,9 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                 "NotOwner": _error_response("no acquired owner; command not accepted"),
                 "TooLarge": _error_response("request body exceeds the transport limit"),
                 "Unavailable": _error_response(
-                    "queue full (accepted: false) or uncertain outcome after admission "
-                    "(outcome: uncertain, retry_safe: false)"
+                    "queue full (accepted: false), a read the runner could not answer, or a "
+                    "mutation whose outcome is truly unknown (outcome: uncertain, retry_safe: "
+                    "false)"
                 ),
             },
         },

@@ -5,9 +5,15 @@ seeds/001 is implemented once:
 
 - 503 ``accepted: false`` — the queue had no slot; nothing was queued, retrying later is safe;
 - 409 — the loop answered that this voter is not the acquired owner (not applied);
-- 503 ``outcome: "uncertain"``, ``retry_safe: false`` — anything else after admission (a core or
-  storage failure, no quorum, the wait timing out); the command may still take effect, and the
-  client is told to inspect state, never to retry blindly (creation has no deduplication);
+- 400 / 404 / 422 with the core's reason — the loop answered a definite refusal: validation
+  before proposing, or a committed apply that refused the command (``refusals.classify``: 404 for
+  an id that names nothing, 422 for a state or limit that forbids it). Nothing changed; this goes
+  beyond seeds/001, whose reference runner reported these as uncertain;
+- 503 ``outcome: "uncertain"``, ``retry_safe: false`` — a mutation whose outcome is not known
+  (not known to be committed, leadership lost in flight, a storage failure, the wait timing
+  out); the command may still take effect, and the client is told to inspect state, never to
+  retry blindly (creation has no deduplication);
+- 503 ``unavailable`` — a read (status, list) the runner could not answer (no quorum);
 - 200 — the loop's reply, with a ``meaning`` sentence that says what success proves (a cancel
   success records intent only; ``list`` is a stale local view).
 
@@ -23,7 +29,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from appliance.runner.management.gateway import CommandGateway, NotOwner, QueueFull, Uncertain
+from appliance.runner.management.gateway import (
+    CommandGateway,
+    DefinitelyRefused,
+    NotOwner,
+    QueueFull,
+    Uncertain,
+)
+from appliance.runner.management.refusals import classify
 
 log = logging.getLogger("appliance.runner.management")
 
@@ -42,6 +55,8 @@ MEANING: Final[Mapping[str, str]] = {
     "acknowledge_stopped": "the occurrence was marked Abandoned on the attested quiescence; this "
     "does not cancel a previously admitted permit or undo external effects",
 }
+
+MUTATION_ACTIONS: Final = frozenset(MEANING) - {"status", "list"}
 
 # Keys whose values never leave the voter (storage paths, internals).
 _DROPPED_KEYS: Final = frozenset(
@@ -79,11 +94,19 @@ def redact(value: Any) -> Any:
 
 
 def error_outcome(
-    status: int, code: str, message: str, *, field: str | None = None, **top: Any
+    status: int,
+    code: str,
+    message: str,
+    *,
+    field: str | None = None,
+    problems: list[dict[str, str]] | None = None,
+    **top: Any,
 ) -> Outcome:
     error: dict[str, Any] = {"code": code, "message": message}
     if field is not None:
         error["field"] = field
+    if problems:
+        error["problems"] = problems
     body: dict[str, Any] = {"ok": False, "status": status, **top, "error": error}
     return Outcome(status, body)
 
@@ -128,6 +151,9 @@ def run_command(
             "this voter is not the acquired owner; the command was not accepted",
             **fields,
         )
+    except DefinitelyRefused as exc:
+        log.info("management: %s refused: %s", action, exc.message)
+        return error_outcome(exc.status, exc.code, exc.message)
     except Uncertain as exc:
         log.warning("management: %s outcome uncertain: %s", action, exc.reason)
         return _uncertain(action)
@@ -139,11 +165,13 @@ def run_command(
         # A loop that answers with the stdin error shape instead of raising.
         if reply.get("status") == 409:
             hint = reply.get("leader_hint") or (reply.get("error") or {}).get("leader_hint")
+            host = reply.get("leader_host")
             return error_outcome(
                 409,
                 "not_owner",
                 "this voter is not the acquired owner; the command was not accepted",
                 **({"leader_hint": str(hint)} if hint else {}),
+                **({"leader_host": str(host)} if hint and host else {}),
             )
         if reply.get("accepted") is False:
             # The loop itself says it did not take the command (e.g. it is draining).
@@ -154,6 +182,10 @@ def run_command(
                 "the runner is unavailable; the command was not accepted",
                 accepted=False,
             )
+        refusal = classify(reply)
+        if refusal is not None:
+            log.info("management: %s refused: %s", action, refusal.message)
+            return error_outcome(refusal.status, refusal.code, refusal.message)
         log.warning("management: %s failed after queue admission: %r", action, reply.get("error"))
         return _uncertain(action)
     reply.pop("ok", None)
@@ -162,6 +194,11 @@ def run_command(
 
 
 def _uncertain(action: str) -> Outcome:
+    if action not in MUTATION_ACTIONS:
+        # A read changes nothing: there is no outcome to be uncertain about.
+        return error_outcome(
+            503, "unavailable", f"the runner could not answer {action} now; asking again is safe"
+        )
     advice = (
         "inspect state (status, list) and the voter's diagnostics before acting; "
         "never retry creation blindly"

@@ -34,18 +34,37 @@ class OperatorRunner(Protocol):
     def operator(self, command: Any) -> dict[str, Any]: ...
 
 
-def runner_handler(runner: OperatorRunner) -> Handler:
-    """A gateway handler that runs each command on the runner loop via ``runner.operator``."""
+def runner_handler(runner: OperatorRunner, voters: Mapping[str, Any] | None = None) -> Handler:
+    """A gateway handler that runs each command on the runner loop via ``runner.operator``.
+
+    ``voters`` (node id → its advertise address) lets a 409 name the owner's advertise host as
+    well as its node id, so an operator can reach that voter's own loopback listener (an SSH
+    forward); commands are never forwarded over the cluster port.
+    """
     from appliance.runner.operator import OperatorCommand, OperatorError
 
     def handle(command: dict[str, Any]) -> Mapping[str, Any]:
         args = {key: value for key, value in command.items() if key != "action"}
         try:
-            return runner.operator(OperatorCommand(command["action"], args))
+            reply = runner.operator(OperatorCommand(command["action"], args))
         except OperatorError as err:
-            return err.reply()
+            reply = err.reply()
+        return with_leader_host(reply, voters or {})
 
     return handle
+
+
+def with_leader_host(reply: Mapping[str, Any], voters: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A 409 reply with ``leader_host`` added when its ``leader_hint`` names a known voter."""
+    if reply.get("ok") is not False or reply.get("status") != 409:
+        return reply
+    error = reply.get("error") if isinstance(reply.get("error"), Mapping) else {}
+    hint = reply.get("leader_hint") or error.get("leader_hint")
+    address = voters.get(hint) if isinstance(hint, str) else None
+    if address is None:
+        return reply
+    host = getattr(address, "host", None) or str(address).rsplit(":", 1)[0]
+    return {**reply, "leader_hint": hint, "leader_host": str(host)}
 
 
 def voter_observability(
@@ -83,7 +102,7 @@ class ManagementService:
         if cfg.management is None:
             raise ValueError("the config has no management section")
         self.gateway = BoundedCommandQueue()
-        self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner))
+        self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner, cfg.voters))
         self.observability = voter_observability(
             cfg, credentials, runner, metrics=metrics, store=store
         )
