@@ -25,14 +25,12 @@ import ssl
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
+from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION
+from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
 from appliance.runner.dispatch_outcome import NOT_DISPATCHED_CODES
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
 from appliance.secret import Secret
 
-PROTOCOL_VERSION: Final = 1
-EXEC_PATH: Final = "/api/scheduled/v1/exec"
-EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/"
-CANCEL_PATH: Final = "/api/scheduled/v1/cancel"
 RESPONSE_BYTES_MAX: Final = 512 * 1024
 CONNECT_TIMEOUT_MS: Final = 2_000
 EXEC_READ_TIMEOUT_MS: Final = 30_000  # exec waits for the admission commit and the submit

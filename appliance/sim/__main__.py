@@ -1,6 +1,9 @@
 """``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]
 [--leader-gone-hints] [--no-compaction] [--membership]``.
 
+``python -m appliance.sim --system --seeds N ...`` runs the whole-system simulator instead
+(appliance/sim/system/__main__.py, the same as ``python -m appliance.sim.system``).
+
 Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
 Exit status 1 if any seed failed.
 """
@@ -15,6 +18,11 @@ from appliance.sim.simulation import SimOptions, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if "--system" in args_in:
+        from appliance.sim.system.__main__ import main as system_main
+
+        return system_main([a for a in args_in if a != "--system"])
     parser = argparse.ArgumentParser(prog="python -m appliance.sim", description=__doc__)
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed")
