@@ -23,8 +23,8 @@ from appliance.core import admission as core_admission
 from appliance.core import state as core
 from appliance.core import txn
 from appliance.core.occurrence import Occurrence
+from appliance.runner import dispatch_outcome, ownership
 from appliance.runner import owner as owner_module
-from appliance.runner import ownership
 from appliance.runner.worker_answers import CancelResult
 from appliance.sim.system import checkers, voter, worker_process, world
 from appliance.sim.system.world import SystemResult, run_system_seed
@@ -64,14 +64,15 @@ def test_the_faults_reach_every_rule_under_test() -> None:
             power_losses=result.power_losses,
             voter_crashes=result.voter_crashes,
             unknown_with_permit=result.unknown_with_permit,
-            unknown_without_permit=result.unknown_without_permit,
         )
+        assert result.unknown_without_permit == 0  # issue 23: such attempts are fenced
     for needed in [
         "AcquireOwnership:ok",  # takeovers
         "ObserveAndClaim:ok",  # claims folded into the observation
         "Admit:ok",
         "Admit:Fenced",  # a late permit request after a fence
         "MarkUnknown:ok",
+        "FenceDispatch:ok",  # the owner's own attempt without a permit, fenced (issue 23)
         "RecordOutcome:ok",
         "RetryDue:ok",
         "FenceAfterCancel:PermitExists",  # not-launched is unprovable with a permit
@@ -103,15 +104,23 @@ def test_the_simulator_drives_the_owner_and_worker_core_that_ship() -> None:
     assert worker_process.LaunchCore is service.LaunchCore
 
 
-def test_unknown_occurrences_are_counted_with_and_without_a_committed_permit() -> None:
+def test_unknown_occurrences_are_counted_and_none_lacks_a_committed_permit() -> None:
+    assert world.SystemOptions().strict_unknown  # issue 23: the default checker fails one
     result = run_system_seed(0)
     unknown = result.states.get("Unknown", 0)
-    assert result.unknown_with_permit + result.unknown_without_permit == unknown
-    strict = run_system_seed(0, world.SystemOptions(strict_unknown=True))
-    if result.unknown_without_permit:  # issue 23 not built yet: the strict checker fails it
-        assert strict.rule == "no Unknown without a committed permit"
-    else:
-        assert strict.ok
+    assert result.ok
+    assert result.unknown_with_permit == unknown and result.unknown_without_permit == 0
+
+
+def test_mutation_guessing_unknown_instead_of_fencing_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bug issue 23 removed: an attempt without a permit marked Unknown instead of fenced.
+    monkeypatch.setattr(
+        dispatch_outcome, "_fence", lambda reason, c: dispatch_outcome.MarkUnknown(reason)
+    )
+    found = _first_failure(20, "no Unknown without a committed permit")
+    assert found is not None, "no seed of 20 caught an Unknown without a permit"
 
 
 # ---- mutations: deliberate bugs, each caught within the stated number of seeds ------------------

@@ -1,4 +1,4 @@
-"""``python -m appliance.sim.system --seeds N [--start S] [--strict-unknown] [--verbose]``.
+"""``python -m appliance.sim.system --seeds N [--start S] [--allow-unknown-without-permit] [--verbose]``.
 
 Runs N consecutive seeds of the whole-system simulator (appliance/sim/system/world.py); every
 failure prints its seed, the rule it broke and the command that replays it. The last line sums
@@ -24,9 +24,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--safety-ms", type=int, default=SystemOptions.safety_ms)
     parser.add_argument("--liveness-ms", type=int, default=SystemOptions.liveness_ms)
     parser.add_argument(
-        "--strict-unknown",
+        "--allow-unknown-without-permit",
         action="store_true",
-        help="fail any Unknown occurrence without a committed permit (issue 23)",
+        help="do not fail an Unknown occurrence that has no committed permit (by default it "
+        "fails the seed: the owner fences such attempts, issue 23)",
     )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     parser.add_argument(
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     options = SystemOptions(
         safety_ms=args.safety_ms,
         liveness_ms=args.liveness_ms,
-        strict_unknown=args.strict_unknown,
+        strict_unknown=not args.allow_unknown_without_permit,
     )
     started = time.monotonic()
     failures = 0
@@ -70,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  reproduce: python -m appliance.sim.system --seeds 1 --start {seed} "
                 f"--safety-ms {args.safety_ms} --liveness-ms {args.liveness_ms}"
-                f"{' --strict-unknown' if args.strict_unknown else ''} --verbose"
+                f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
+                " --verbose"
             )
     elapsed_s = time.monotonic() - started
     print(

@@ -51,7 +51,7 @@ class SystemOptions:
     liveness_ms: int = 90_000
     time_scale: float = 6.0
     faults: bool = True
-    strict_unknown: bool = False  # issue 23: fail any Unknown without a committed permit
+    strict_unknown: bool = True  # issue 23: fail any Unknown without a committed permit
     timeout_seconds: int = 20  # the remote grant's engine timeout (wall seconds)
 
 
