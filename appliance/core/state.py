@@ -40,7 +40,6 @@ command JSON). This module re-exports every public name, so callers import from 
 
 from __future__ import annotations
 
-# Importing the apply modules registers their commands.
 from appliance.core import policy_apply as _policy_apply  # noqa: F401
 from appliance.core.admission import (
     ADMISSION_STATES,
@@ -53,6 +52,17 @@ from appliance.core.admission import (
     binding_for,
     needs_cancelling_reader,
     permit_to_json,
+)
+
+# Importing the apply modules registers their commands.
+from appliance.core.amendments import (
+    Amended,
+    AmendLimits,
+    AmendRemote,
+    RenewGrant,
+    amendment_index,
+    needs_amended_reader,
+    remote_in_force,
 )
 from appliance.core.binding import (
     Authority,
@@ -169,6 +179,9 @@ __all__ = [
     "AdmissionRefused",
     "Admit",
     "AlreadySeeded",
+    "AmendLimits",
+    "AmendRemote",
+    "Amended",
     "Applied",
     "AttemptMismatch",
     "AttemptNotRunning",
@@ -209,6 +222,7 @@ __all__ = [
     "PermitExists",
     "Progress",
     "RecordOutcome",
+    "RenewGrant",
     "RetryDue",
     "RetryNotDue",
     "RunnerRefusal",
@@ -226,6 +240,7 @@ __all__ = [
     "UnknownSchedule",
     "_progress_json",
     "admission_record",
+    "amendment_index",
     "apply",
     "binding_for",
     "binding_from_json",
@@ -240,11 +255,13 @@ __all__ = [
     "invocation_from_json",
     "invocation_to_json",
     "list_view",
+    "needs_amended_reader",
     "needs_cancelling_reader",
     "on_retire",
     "permit_to_json",
     "register",
     "register_command_type",
     "register_part_kind",
+    "remote_in_force",
     "to_json",
 ]

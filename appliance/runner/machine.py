@@ -36,7 +36,7 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING
+from appliance.store.versions import READER_VERSION_AMENDED, READER_VERSION_CANCELLING
 
 T = TypeVar("T")
 __all__ = [
@@ -134,9 +134,11 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
-        # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
-        needs = getattr(core, "needs_cancelling_reader", None)
-        if needs is None or not needs(self.state):
+        # Raised while the checkpoint holds what older binaries cannot read (SPEC §4): the
+        # contract amendments part (from the first amendment on, for good), a Cancelling record.
+        if core.needs_amended_reader(self.state):
+            return READER_VERSION_AMENDED
+        if not core.needs_cancelling_reader(self.state):
             return None
         return READER_VERSION_CANCELLING
 

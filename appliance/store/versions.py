@@ -32,5 +32,9 @@ KNOWN_SCHEMA_VERSIONS = {
 # Cancelled and the acknowledgement of an unresolved Cancelling.
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
-BINARY_READER_VERSION = READER_VERSION_CANCELLING
+# 3: also the contract amendments part (``contract/amended``, appliance/core/amendments.py). An
+# older binary refuses an unknown checkpoint part, so the runner raises its minimum to 3 from the
+# first committed amendment on (amendments are never removed).
+READER_VERSION_AMENDED = 3
+BINARY_READER_VERSION = READER_VERSION_AMENDED
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}
