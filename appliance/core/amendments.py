@@ -7,7 +7,9 @@ genesis digest is compared on every message between voters). Three replicated co
 
 * ``RenewGrant`` — a new ``remote.expires_at`` and, within the binding's bounds, a new
   ``timeout_seconds`` / ``heap_mb`` / ``session``. New claims carry the amended authority;
-  bindings already issued keep theirs (a claim's binding is never rewritten).
+  bindings already issued keep theirs (a claim's binding is never rewritten). A new
+  ``timeout_seconds`` only while no attempt is live: the owner observes attempts until the
+  timeout in force.
 * ``AmendRemote`` — a new worker ``url`` and/or ``worker_id`` (identity rotation). Refused while
   any attempt is Running, Unknown or Cancelling: every such attempt is bound to the remote in
   force, and the owner talks to one remote, so changing it would strand them. Keeping the old
@@ -178,6 +180,14 @@ def _renew_grant(txn: Txn, cmd: RenewGrant) -> Amended:
     changes: dict[str, Any] = {"expires_at": cmd.expires_at}
     if cmd.timeout_seconds is not None:
         _check_int("timeout_seconds", cmd.timeout_seconds, *TIMEOUT_SECONDS_RANGE)
+        # The owner observes each attempt until the timeout in force, so it changes only while
+        # no attempt is live (an attempt keeps the timeout of its binding).
+        live = txn.state.counts().running
+        if live:
+            raise AmendmentRefused(
+                f"timeout_seconds: {live} attempt(s) are Running, Unknown or Cancelling; renew "
+                "without timeout_seconds, or change it once they ended"
+            )
         changes["timeout_seconds"] = cmd.timeout_seconds
     if cmd.heap_mb is not None:
         _check_int("heap_mb", cmd.heap_mb, *HEAP_MB_RANGE)

@@ -86,7 +86,7 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
     for key in document:
         if key != "action" and key not in expected:
             raise OperatorError(400, "invalid_command", f"{key}: unknown field for {action}")
-    for key in expected:
+    for key in COMMANDS[action].required:
         if key not in document:
             raise OperatorError(400, "invalid_command", f"{key}: required for {action}")
     args = {k: v for k, v in document.items() if k != "action"}

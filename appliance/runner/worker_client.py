@@ -19,6 +19,7 @@ The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but sti
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
@@ -60,8 +61,14 @@ def _error_code(document: dict[str, Any] | None) -> str:
 
 
 class WorkerClient:
-    def __init__(self, origin_url: str, bearer: Secret, client: HttpClient | None = None) -> None:
-        self._origin = origin_url.rstrip("/")
+    def __init__(
+        self,
+        origin_url: str | Callable[[], str],
+        bearer: Secret,
+        client: HttpClient | None = None,
+    ) -> None:
+        # A callable gives the URL in force for each call (a committed ``amend_remote``).
+        self._origin_of = origin_url if callable(origin_url) else (lambda: origin_url)
         self._bearer = bearer
         self._client = client or HttpClient(connect_timeout_ms=CONNECT_TIMEOUT_MS)
 
@@ -70,7 +77,7 @@ class WorkerClient:
 
     def _post(self, path: str, document: dict[str, Any], read_timeout_ms: int) -> Any:
         return self._client.post(
-            self._origin + path,
+            self._origin_of().rstrip("/") + path,
             _body(document),
             headers={"Content-Type": "application/json"},
             bearer=self._bearer,
@@ -102,7 +109,7 @@ class WorkerClient:
     def observe(self, execution_id: str) -> ObserveResult:
         try:
             response = self._client.get(
-                self._origin + EXECUTIONS_PATH + execution_id,
+                self._origin_of().rstrip("/") + EXECUTIONS_PATH + execution_id,
                 bearer=self._bearer,
                 read_timeout_ms=OBSERVE_READ_TIMEOUT_MS,
                 response_bytes_max=RESPONSE_BYTES_MAX,

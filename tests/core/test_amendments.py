@@ -65,12 +65,15 @@ def test_renewal_bounds_and_compare_and_set():
     assert amendment_index(state) == 1
 
 
-def test_amend_remote_is_refused_while_an_attempt_is_live():
+def test_amend_remote_and_a_new_timeout_are_refused_while_an_attempt_is_live():
     state = owned_state()
     claim(state)  # occurrence 1 Running
     with pytest.raises(AmendmentRefused, match="1 attempt"):
         apply(state, AmendRemote(0, T0 + 2, worker_id="worker-2"))
+    with pytest.raises(AmendmentRefused, match="timeout_seconds: 1 attempt"):
+        apply(state, RenewGrant(0, RENEWED, T0 + 2, timeout_seconds=60))
     assert amendment_index(state) == 0
+    apply(state, RenewGrant(0, RENEWED, T0 + 2, heap_mb=64))  # the grant alone renews
 
 
 def test_amend_remote_rotates_the_worker_identity():

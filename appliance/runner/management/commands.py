@@ -23,7 +23,13 @@ from typing import Any, Final
 
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.limits import Limits
-from appliance.runner.command_table import COMMANDS, MUTATIONS, RECOVERY_ACTIONS
+from appliance.runner.command_table import (
+    ADMIN_ACTIONS,
+    COMMANDS,
+    MUTATIONS,
+    READS,
+    RECOVERY_ACTIONS,
+)
 
 __all__ = ["MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
 
@@ -66,21 +72,34 @@ class Refused(Exception):
 
 
 def allowed_actions(role: str) -> frozenset[str]:
-    """What a management role may do (seeds/001 "Authorization matrix")."""
+    """What a management role may do (seeds/001 "Authorization matrix", plus issue 20's admin
+    role: the contract amendments and the reads, nothing else; no other role amends)."""
     if role == "recovery":
-        return frozenset(COMMAND_FIELDS)
+        return frozenset(COMMAND_FIELDS) - ADMIN_ACTIONS
     if role == "operator":
-        return frozenset(COMMAND_FIELDS) - RECOVERY_ACTIONS
+        return frozenset(COMMAND_FIELDS) - RECOVERY_ACTIONS - ADMIN_ACTIONS
+    if role == "admin":
+        return ADMIN_ACTIONS | READS
     return frozenset()
 
 
 def authorize(action: str, role: str) -> None:
-    if action in RECOVERY_ACTIONS and action not in allowed_actions(role):
+    if action in allowed_actions(role):
+        return
+    if action in ADMIN_ACTIONS:
+        raise Refused(
+            403,
+            "admin_required",
+            f"{action} requires the separate management admin credential "
+            "(management.admin_bearer_env)",
+        )
+    if action in RECOVERY_ACTIONS:
         raise Refused(
             403,
             "recovery_required",
             f"{action} requires the separate management recovery credential",
         )
+    raise Refused(403, "forbidden", f"{action} is not allowed with the {role} credential")
 
 
 def _shape(message: str, field: str | None) -> Refused:
@@ -110,17 +129,21 @@ def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> d
             raise _shape(f"{key}: unknown field for {action}", str(key))
     if action == "acknowledge_stopped":
         _check_attestation(arguments)
-    for key in expected:
+    for key in COMMANDS[action].required:
         if key not in arguments:
             raise _shape(f"{key}: required for {action}", key)
     document: dict[str, Any] = {"action": action}
     for key in expected:
+        if key not in arguments:
+            continue  # an optional field (CommandSpec.optional)
         if key in COMMANDS[action].id_fields:
             document[key] = _positive_id(arguments[key], key)
         elif key == "definition":
             document[key] = _definition(arguments[key], limits)
         elif key == "dispatcher_and_work_quiesced":
             document[key] = True  # checked above: exactly true
+        else:
+            document[key] = arguments[key]  # an amendment's value: the owner checks it
     return document
 
 
