@@ -84,7 +84,8 @@ def decide(
         reasons.append(
             f"{facts.path} needs reader version {facts.min_reader_version} but this binary reads "
             f"up to {binary_reader_version}: the store holds states this binary cannot read (such "
-            "as an unresolved Cancelling). Run a binary at least as new as the one that wrote it "
+            "as an unresolved Cancelling, or committed contract amendments). Run a binary at "
+            "least as new as the one that wrote it "
             f"(appliance {facts.created_by_version} or later), or resolve or acknowledge those "
             "occurrences with that binary before rolling back"
         )

@@ -267,8 +267,8 @@ def run_runner(
     try:
         startup = startup_contract(cfg)
     except ContractConflict as exc:
-        _fail(stderr, f"config: {exc}")
-        return 2
+        _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
+        return 1
     cfg = genesis_config(cfg, startup.contract)
     try:
         store = RunnerStore.create_or_open(
