@@ -61,8 +61,8 @@ def test_the_genesis_config_and_every_committed_state_start(tmp_path: Path) -> N
     both = startup_contract(parse_runner_config(_with(doc, expires_at=RENEWED, worker_id="w2")))
     assert both.config_amendment == 2
     # The store is always opened with the genesis, whichever config matched.
-    assert first.digest == both.digest == genesis.digest == contract_digest(
-        parse_runner_config(doc)
+    assert (
+        first.digest == both.digest == genesis.digest == contract_digest(parse_runner_config(doc))
     )
 
 
@@ -97,3 +97,19 @@ def test_a_store_without_amendments_starts_only_with_its_genesis(tmp_path: Path)
     assert startup_contract(parse_runner_config(doc)).in_force == 0
     with pytest.raises(ContractConflict, match=r"remote\.expires_at"):
         startup_contract(parse_runner_config(_with(doc, expires_at=RENEWED)))
+
+
+def test_admin_store_inspect_shows_the_amendments(tmp_path: Path) -> None:
+    from appliance.core.amendments import CONTRACT_PART
+    from migrations_guard import inspect
+    from migrations_guard.inspect import inspect_store
+
+    assert inspect.CONTRACT_PART == CONTRACT_PART
+    doc = _amend(tmp_path, core.RenewGrant(0, RENEWED, AT_S))
+    summary = inspect_store(Path(doc["data_dir"])).summary
+    assert summary["contract_amendment"] == 1
+    assert summary["contract_amended"] == {"expires_at": RENEWED}
+    assert [e["kind"] for e in summary["contract_amendments"]] == ["renew_grant"]
+    assert (
+        inspect_store(Path(_amend(tmp_path / "b")["data_dir"])).summary["contract_amendment"] == 0
+    )
