@@ -200,6 +200,8 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
         query = "" if args.attempt is None else f"?attempt={_positive(args.attempt, '--attempt')}"
         return "GET", f"/scheduler/v1/occurrences/{oid}/output{query}", None
     command: dict[str, Any] = {"action": action}
+    # Subcommands defined elsewhere (admin_contract.py) pass their fields ready-made.
+    command.update(getattr(args, "command_fields", None) or {})
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
     elif action in ("disable", "delete"):
