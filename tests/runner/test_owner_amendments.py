@@ -76,15 +76,19 @@ def test_a_rotated_worker_identity_is_bound_by_the_next_claim() -> None:
 def test_limits_are_raised_and_lowered_only_when_the_state_fits() -> None:
     with Voter() as v:
         _create(v)
-        reply = _command(v, action="amend_limits", schedules=1)
-        assert reply["ok"] and reply["changes"]["limits"]["schedules"] == 1
-        assert _command(v, action="status")["contract"]["limits"]["schedules"] == 1
-        refused = _command(v, action="create", definition=definition(name="second"))
-        assert refused["ok"] is False  # the amended limit is in force
-        lowered = _command(v, action="amend_limits", schedules=1, records=1, outstanding=1)
-        assert lowered["ok"] is False and lowered["status"] == 400
-        assert _command(v, action="amend_limits", schedules=2)["amendment"] == 2  # the refused one
-        # took no index
+        assert _command(v, action="create", definition=definition(name="second"))["ok"]
+        below = _command(v, action="amend_limits", schedules=1)
+        assert below["ok"] is False and below["status"] == 400
+        assert "limits.schedules: 1 is below the current 2" in below["error"]["message"]
+        reply = _command(v, action="amend_limits", schedules=2, records=8192)
+        assert reply["ok"] and reply["amendment"] == 1  # the refused one took no index
+        assert reply["changes"]["limits"]["schedules"] == 2
+        limits = _command(v, action="status")["contract"]["limits"]
+        assert (limits["schedules"], limits["records"]) == (2, 8192)
+        third = _command(v, action="create", definition=definition(name="third"))
+        assert third["ok"] is False  # the amended limit is in force
+        assert _command(v, action="amend_limits", schedules=3)["amendment"] == 2
+        assert _command(v, action="create", definition=definition(name="third"))["ok"]
 
 
 def test_bad_values_are_refused_naming_the_field_and_nothing_is_proposed() -> None:
