@@ -37,6 +37,9 @@ def test_inspecting_a_clean_store_reports_its_facts_and_changes_nothing(data_dir
         "contract_amendment": 0,  # no amendment committed: the genesis is in force
         "contract_amended": {},
         "contract_amendments": [],
+        "snapshot_index": 0,
+        "snapshot_term": 0,
+        "log_reclaimable_entries": 0,
     }
 
 
