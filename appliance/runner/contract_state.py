@@ -48,8 +48,8 @@ def normalized_expiry(text: str) -> str:
 
 
 def contract_summary(genesis: RemoteConfig, state: core.SchedulerState) -> dict[str, Any]:
-    """What ``status`` and ``admin store inspect`` show: the amendment index and what is in
-    force, plus the remembered history."""
+    """What ``status`` shows: the amendment index, what is in force and the latest amendment
+    (``admin store inspect`` shows the remembered history)."""
     remote = remote_in_force(genesis, state)
     part = amendment_part(state.extra.get)
     return {
@@ -63,8 +63,15 @@ def contract_summary(genesis: RemoteConfig, state: core.SchedulerState) -> dict[
             "session": remote.session,
         },
         "limits": limits_to_json(state.limits),
-        "history": [] if part is None else list(part["history"]),
+        "last_amendment": _last(part),
     }
+
+
+def _last(part: dict[str, Any] | None) -> dict[str, Any] | None:
+    if part is None or not part["history"]:
+        return None
+    entry = part["history"][-1]
+    return {"amendment": entry["amendment"], "kind": entry["kind"], "at": entry["at"]}
 
 
 def _fold(contract: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

@@ -78,7 +78,7 @@ def test_a_renewed_grant_keeps_admitting_past_the_original_expiry(tmp_path: Path
         status = owner.command({"action": "status"})
         assert status["grant_expires_at"] == renewed
         assert status["contract"]["amendment"] == 1
-        assert status["contract"]["history"][0]["kind"] == "renew_grant"
+        assert status["contract"]["last_amendment"]["kind"] == "renew_grant"
         # The original grant passes (12 s real); every-minute slots after it still run.
         wait_for(
             lambda: len(_succeeded_after(owner, original_expiry_s)) >= 2 or None,
