@@ -41,7 +41,7 @@ from appliance.core.state_parts import register_bound_part_kind, register_part_k
 OWNERSHIP_PART = "ownership"
 RETIRED_PART = "retired"
 ADMISSION_KIND = "admission"
-FENCE_CAUSES = ("takeover", "cancel")
+FENCE_CAUSES = ("takeover", "cancel", "dispatch")
 
 Getter = Callable[[str], Any]
 
