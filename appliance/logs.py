@@ -36,6 +36,8 @@ ENVELOPE: Final = ("ts", "node", "event")
 EVENTS: Final[Mapping[str, tuple[str, ...]]] = {
     "started": ("management_addr", "cluster_addr", "admission_addr", "voters", "time_scale"),
     "grant_expiry_warning": ("message",),
+    "contract_in_force": ("amendment", "config_amendment", "grant_expires_at", "message"),
+    "contract_amended": ("amendment", "kind"),
     "ownership_acquired": ("epoch", "term", "reobserve", "resume_cancelling", "fenced"),
     "ownership_lost": ("epoch", "leader_hint"),
     "ownership_retry": ("reason",),

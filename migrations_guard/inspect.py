@@ -25,6 +25,9 @@ from appliance.store.versions import (
 )
 from migrations_guard.facts import StoreFacts
 
+# appliance/core/amendments.py's part name (the guard reads stores without importing the core).
+CONTRACT_PART = "contract/amended"
+
 
 def locate_store(data_dir: Path) -> Path | None:
     """The store file in ``data_dir`` (runner or worker), ``None`` when there is none."""
@@ -185,11 +188,17 @@ def _scan_runner(
                 f"{snap_index}: the entries between are gone"
             )
     parts = part_bytes = 0
+    amendments: dict[str, Any] = {"amendment": 0, "in_force": {}, "history": []}
     for name, data, stored in conn.execute(
         "SELECT name, data, checksum FROM checkpoint_part ORDER BY name"
     ):
         if not isinstance(data, bytes) or not matches(stored, schema.TAG_PART, name, data):
             problems.append(f"checkpoint part {name!r} fails its checksum")
+        elif name == CONTRACT_PART:  # the committed contract amendments (issue 20)
+            try:
+                amendments = json.loads(data)
+            except ValueError:
+                problems.append(f"checkpoint part {name!r} is not JSON")
         parts += 1
         part_bytes += len(data) if isinstance(data, bytes) else 0
     return {
@@ -205,6 +214,10 @@ def _scan_runner(
         "applied_index": applied,
         "checkpoint_parts": parts,
         "checkpoint_bytes": part_bytes,
+        # The contract in force is the sealed genesis with these amendments folded in.
+        "contract_amendment": amendments.get("amendment", 0),
+        "contract_amended": amendments.get("in_force", {}),
+        "contract_amendments": amendments.get("history", []),
     }
 
 

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from appliance.cli import admin_config, admin_cron, admin_ops, admin_schedule, admin_store
+from appliance.cli import (
+    admin_config,
+    admin_contract,
+    admin_cron,
+    admin_ops,
+    admin_schedule,
+    admin_store,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,3 +26,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     admin_schedule.register(groups)
     admin_store.register(groups)
     admin_ops.register(groups)
+    admin_contract.register(groups)

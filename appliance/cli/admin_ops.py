@@ -342,6 +342,8 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
     if extended is not None:
         return "POST", "/scheduler/v1/commands", json.dumps(extended).encode()
     command: dict[str, Any] = {"action": action}
+    # Subcommands defined elsewhere (admin_contract.py) pass their fields ready-made.
+    command.update(getattr(args, "command_fields", None) or {})
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
     elif action in ("disable", "delete"):

@@ -5,8 +5,9 @@ Theory of operation: a config names environment variables; ``resolve_runner_cred
 credential a process needs, or raise ``InvalidConfig`` listing every problem: a variable that is
 missing or empty, a value that cannot travel in an HTTP ``Authorization`` header, or the same
 value used for two roles (SPEC §6: operator, recovery, worker, admission and cluster credentials
-must all differ, so one leaked credential never grants another role's authority). Error messages
-name the variable and the roles, never the value.
+— and the optional admin credential of the contract amendments, issue 20 — must all differ, so
+one leaked credential never grants another role's authority). Error messages name the variable
+and the roles, never the value.
 
 The values are held as ``Secret`` (appliance/secret.py, a leaf module the HTTP layer imports
 without importing the config package).
@@ -45,6 +46,7 @@ class RunnerCredentials:
     worker: Secret  # remote.bearer_env: what the runner presents to the worker
     operator: Secret | None = None  # management.bearer_env
     recovery: Secret | None = None  # management.recovery_bearer_env
+    admin: Secret | None = None  # management.admin_bearer_env: the contract amendments
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,8 @@ def resolve_runner_credentials(cfg: RunnerConfig, environ: Mapping[str, str]) ->
             roles.append(
                 ("recovery", "management.recovery_bearer_env", cfg.management.recovery_bearer_env)
             )
+        if cfg.management.admin_bearer_env is not None:
+            roles.append(("admin", "management.admin_bearer_env", cfg.management.admin_bearer_env))
     resolved = _resolve(roles, environ)
     return RunnerCredentials(**resolved)
 

@@ -109,6 +109,9 @@ class ManagementConfig:
     addr: HostPort
     bearer_env: str
     recovery_bearer_env: str | None = None
+    # Extension (issue 20): the credential of the contract amendments (renew_grant, amend_remote,
+    # amend_limits). Optional; without it nobody can amend through this listener.
+    admin_bearer_env: str | None = None
     tls: bool = False  # serve it over TLS with this voter's `tls` certificate
 
 
@@ -230,6 +233,7 @@ def _management_rule() -> Obj:
             "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
             "bearer_env": Field(ENV_NAME),
             "recovery_bearer_env": Field(ENV_NAME, required=False, default=None),
+            "admin_bearer_env": Field(ENV_NAME, required=False, default=None),
             "tls": Field(Custom(boolean_rule), required=False, default=False),
         },
         build=ManagementConfig,

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from appliance.core.amendments import check_claim_contract
 from appliance.core.binding import (
     Authority,
     Binding,
@@ -226,6 +227,7 @@ def _claim_occurrence(txn: Txn, cmd: ClaimOccurrence) -> Occurrence:
         raise BindingMismatch(
             f"binding.due_time: the occurrence is due {instant_text(record.due_s)}"
         )
+    check_claim_contract(txn.extra, b)  # the amended worker id and authority (core/amendments.py)
     if cmd.at_s >= expires_at_s(b.authority.expires_at):
         raise GrantExpired(f"authority.expires_at: the grant expired ({b.authority.expires_at})")
     claimed = _claim(txn, Claim(cmd.occurrence_id, cmd.attempt, cmd.at_s))

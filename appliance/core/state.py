@@ -40,7 +40,6 @@ command JSON). This module re-exports every public name, so callers import from 
 
 from __future__ import annotations
 
-# Importing the apply modules registers their commands.
 from appliance.core import policy_apply as _policy_apply  # noqa: F401
 from appliance.core.admission import (
     ADMISSION_STATES,
@@ -54,6 +53,17 @@ from appliance.core.admission import (
     binding_for,
     needs_cancelling_reader,
     permit_to_json,
+)
+
+# Importing the apply modules registers their commands.
+from appliance.core.amendments import (
+    Amended,
+    AmendLimits,
+    AmendRemote,
+    RenewGrant,
+    amendment_index,
+    needs_amended_reader,
+    remote_in_force,
 )
 from appliance.core.binding import (
     Authority,
@@ -191,6 +201,9 @@ __all__ = [
     "AdmissionRefused",
     "Admit",
     "AlreadySeeded",
+    "AmendLimits",
+    "AmendRemote",
+    "Amended",
     "Applied",
     "AttemptMismatch",
     "AttemptNotRunning",
@@ -238,6 +251,7 @@ __all__ = [
     "PermitExists",
     "Progress",
     "RecordOutcome",
+    "RenewGrant",
     "Resume",
     "RetryDue",
     "RetryNotDue",
@@ -260,6 +274,7 @@ __all__ = [
     "UpdateSchedule",
     "_progress_json",
     "admission_record",
+    "amendment_index",
     "apply",
     "binding_for",
     "binding_from_json",
@@ -276,6 +291,7 @@ __all__ = [
     "invocation_from_json",
     "invocation_to_json",
     "list_view",
+    "needs_amended_reader",
     "needs_cancelling_reader",
     "needs_commands_reader",
     "on_retire",
@@ -286,5 +302,6 @@ __all__ = [
     "register",
     "register_command_type",
     "register_part_kind",
+    "remote_in_force",
     "to_json",
 ]

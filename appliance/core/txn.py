@@ -300,13 +300,17 @@ class Txn:
         for hook in _BEFORE_COMMIT:
             hook(self)  # still inside the overlay: a hook's writes are checked like the rest
         state = self.state
-        meta_changed = (self.next_schedule_id, self.next_occurrence_id) != (
+        limits_changed = self.limits != state.limits  # a limits amendment (core/amendments.py)
+        meta_changed = limits_changed or (self.next_schedule_id, self.next_occurrence_id) != (
             state.next_schedule_id,
             state.next_occurrence_id,
         )
+        meta_budget = state._meta_budget
+        if limits_changed:
+            meta_budget = len(canonical_json(_meta_json(self.limits, INT_MAX, INT_MAX)))
         if meta_changed:
             meta = _meta_json(self.limits, self.next_schedule_id, self.next_occurrence_id)
-            self._set_part("meta", canonical_json(meta), state._meta_budget)
+            self._set_part("meta", canonical_json(meta), meta_budget)
         size = state._size_bytes + self._size_delta
         budget = self.budget_bytes
         if grows and budget > GROWTH_BYTES_MAX:
@@ -357,6 +361,8 @@ class Txn:
             (deleted if data is None else touched).add(name)
         state.next_schedule_id = self.next_schedule_id
         state.next_occurrence_id = self.next_occurrence_id
+        state.limits = self.limits
+        state._meta_budget = meta_budget
         return Applied(value, frozenset(touched), frozenset(deleted), state._size_bytes)
 
 

@@ -17,7 +17,8 @@ here:
 - ``quorum_at_risk`` (warning): exactly a majority is reachable — one more loss stops everything;
 - ``voter_unreachable`` (warning): one per peer that does not answer the probe;
 - ``no_leader`` (critical): this voter knows no leader (an election is running or quorum is gone);
-- ``grant_expired`` (critical) / ``grant_expiring``: ``remote.expires_at`` has passed / is under
+- ``grant_expired`` (critical) / ``grant_expiring``: the grant in force (the genesis
+  ``remote.expires_at`` or the latest committed ``renew_grant``) has passed / is under
   30 days (notice), 7 days (warning) or 1 day (critical) away — after it no permit is granted and
   nothing runs;
 - ``checkpoint_near_cap``: the checkpoint budget is at or above ``CHECKPOINT_WARNING_BYTES`` (80 %
@@ -176,7 +177,7 @@ def _grant(h: HealthInputs) -> Iterator[HealthWarning]:
                 "grant_expiring",
                 severity,
                 f"remote.expires_at ({h.grant_expires_at}) is {left_s / DAY_S:.1f} days away "
-                f"(under {days}); renew the grant before it passes",
+                f"(under {days}); renew the grant before it passes (appliance admin renew-grant)",
             )
             return
 

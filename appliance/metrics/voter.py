@@ -35,6 +35,7 @@ from appliance.runner.attempt_report import (
 )
 from appliance.runner.binding import execution_id
 from appliance.runner.binding import execution_id as execution_id_of
+from appliance.runner.contract_state import remote_in_force
 from appliance.secret import Secret
 
 T = TypeVar("T")
@@ -92,8 +93,14 @@ class RunnerReader:
     def acquired_epoch(self) -> int | None:
         return self._runner.epoch
 
+    def remote_in_force(self) -> Any:
+        """The remote of the contract in force: the genesis with the committed amendments (a
+        renewed grant), never the config file's (appliance/runner/contract_state.py)."""
+        genesis = self._runner.cfg.remote
+        return self._runner.machine.read(lambda st: remote_in_force(genesis, st))
+
     def grant_seconds_left(self) -> float:
-        return self._runner.cfg.remote.expires_at.timestamp() - self._runner.clock.now_s()
+        return self.remote_in_force().expires_at.timestamp() - self._runner.clock.now_s()
 
     def log_entries(self) -> int | None:
         if self._store is None:
@@ -199,7 +206,7 @@ class VoterObservability:
             figures=figures,
             unknown_ids=unknown,
             acquired_epoch=reader.acquired_epoch(),
-            grant_expires_at=format_utc(cfg.remote.expires_at),
+            grant_expires_at=format_utc(reader.remote_in_force().expires_at),
             grant_seconds_left=reader.grant_seconds_left(),
             worker=None if self._worker_probe is None else self._worker_probe.view(),
             voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),

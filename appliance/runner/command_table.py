@@ -20,6 +20,9 @@ from appliance.runner import command_args as args
 # The management roles (seeds/001): an operator may do everything but the recovery actions.
 OPERATOR: Final = "operator"
 RECOVERY: Final = "recovery"
+# Extension (issue 20): the contract amendments need a credential of their own
+# (management.admin_bearer_env); neither the operator nor the recovery credential grants them.
+ADMIN: Final = "admin"
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ _ACK_DESCRIPTION: Final = (
     "not cancel a previously admitted permit and does not undo external effects."
 )
 
-_ROWS: Final = (
+_ROWS: tuple[CommandSpec, ...] = (
     CommandSpec(
         "status",
         (),
@@ -193,7 +196,55 @@ _ROWS: Final = (
         schema_optional=("dispatcher_and_work_quiesced",),
     ),
 )
+# The contract amendments (issue 20, appliance/core/amendments.py). The owner adds
+# ``base_amendment`` (the amendment in force) and normalizes the values before ``build``
+# (appliance/runner/owner_contract.py); ``amend_limits`` fields left out keep their value.
+_LIMIT_FIELDS: Final = ("schedules", "records", "outstanding", "running", "grace_seconds")
+_AMENDMENT_ROWS: Final = (
+    CommandSpec(
+        "renew_grant",
+        ("expires_at", "timeout_seconds", "heap_mb", "session"),
+        role=ADMIN,
+        optional=("timeout_seconds", "heap_mb", "session"),
+        build=lambda a, at_s: core.RenewGrant(
+            a["base_amendment"],
+            a["expires_at"],
+            at_s,
+            a.get("timeout_seconds"),
+            a.get("heap_mb"),
+            a.get("session"),
+        ),
+        description="Admin only: renew the execution grant. New claims carry the new expires_at "
+        "(RFC 3339, later than now) and, when given, timeout_seconds, heap_mb and session; "
+        "attempts already claimed keep the authority they were bound with.",
+    ),
+    CommandSpec(
+        "amend_remote",
+        ("url", "worker_id"),
+        role=ADMIN,
+        optional=("url", "worker_id"),
+        build=lambda a, at_s: core.AmendRemote(
+            a["base_amendment"], at_s, a.get("url"), a.get("worker_id")
+        ),
+        description="Admin only: change the worker URL and/or rotate the worker identity. "
+        "Refused while any attempt is Running, Unknown or Cancelling (they are bound to the "
+        "current remote).",
+    ),
+    CommandSpec(
+        "amend_limits",
+        _LIMIT_FIELDS,
+        role=ADMIN,
+        optional=_LIMIT_FIELDS,
+        build=lambda a, at_s: core.AmendLimits(a["base_amendment"], a["limits"], at_s),
+        description="Admin only: change limits (fields left out keep their value). Raising "
+        "always fits; lowering is refused while the current state holds more.",
+    ),
+)
+_ROWS = (*_ROWS, *_AMENDMENT_ROWS)
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}
 MUTATIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.mutates)
 RECOVERY_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == RECOVERY)
 PREVIEWS: Final = frozenset(a for a, row in COMMANDS.items() if row.preview)
+ADMIN_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == ADMIN)
+# The plain reads (status, list): what the admin credential may do besides amending.
+READS: Final = frozenset(a for a, row in COMMANDS.items() if not row.mutates and not row.preview)

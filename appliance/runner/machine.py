@@ -38,7 +38,11 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_COMMANDS
+from appliance.store.versions import (
+    READER_VERSION_AMENDED,
+    READER_VERSION_CANCELLING,
+    READER_VERSION_COMMANDS,
+)
 
 T = TypeVar("T")
 RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
@@ -141,7 +145,10 @@ class Machine:
 
     def _reader_version(self) -> int | None:
         # Raised only while the checkpoint holds what older binaries cannot read (SPEC §4): the
-        # new commands' parts and fields (appliance/core/features.py), or a Cancelling record.
+        # contract amendments part (from the first amendment on, for good), the new commands'
+        # parts and fields (appliance/core/features.py), or a Cancelling record.
+        if core.needs_amended_reader(self.state):
+            return READER_VERSION_AMENDED
         if core.needs_commands_reader(self.state):
             return READER_VERSION_COMMANDS
         if core.needs_cancelling_reader(self.state):

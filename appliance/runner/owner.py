@@ -80,6 +80,7 @@ completion that won keeps its result.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from appliance.config.runner import RunnerConfig
@@ -89,7 +90,7 @@ from appliance.core.claims import claimable
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.core.pulse import Pulse
-from appliance.runner import ownership
+from appliance.runner import contract_state, ownership
 from appliance.runner.applied import Accepted, Refused
 from appliance.runner.binding import authority_of, make_binding
 from appliance.runner.owner_attempts import (
@@ -132,7 +133,9 @@ class Owner(RequestDecisions):
         gate: Gate | None = None,
     ) -> None:
         super().__init__(state, time_scale, gate)
-        self.cfg = cfg
+        # The genesis contract's remote and limits; ``cfg`` folds the committed amendments in.
+        self._genesis_cfg = cfg
+        self._cfg_in_force: tuple[Any, RunnerConfig] = (None, cfg)
         self.node_id = cfg.node_id
         self.unknown_poll_s = unknown_poll_s
         self._tasks: dict[int, Work] = {}  # worker-call token -> its work
@@ -150,6 +153,20 @@ class Owner(RequestDecisions):
         self._last_observe_s = 0
         self._orphans_possible = False
         self._owner_term = 0
+
+    @property
+    def cfg(self) -> RunnerConfig:
+        """The config with the contract in force: the remote and limits are the genesis with
+        every committed amendment applied (appliance/runner/contract_state.py), never what a
+        config file says. Rebuilt only when the committed amendment part changes."""
+        key = self._read(lambda st: (core.amendment_index(st), st.limits))
+        cached_key, cached = self._cfg_in_force
+        if cached_key != key:
+            genesis = self._genesis_cfg
+            remote = self._read(lambda st: contract_state.remote_in_force(genesis.remote, st))
+            cached = replace(genesis, remote=remote, limits=key[1])
+            self._cfg_in_force = (key, cached)
+        return cached
 
     # ---- the interface -----------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.config.rfc3339 import parse_rfc3339
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
@@ -126,7 +127,10 @@ class AttemptDecisions(SerialCore):
     def _committed(self, work: Work, record: Any) -> dispatch_outcome.Committed:
         """What the committed state says about ``work``'s attempt, for dispatch_outcome."""
         epoch_held = self.epoch is not None and work.binding.get("epoch") == self.epoch
-        grant_expired = self._wall_s >= self.cfg.remote.expires_at.timestamp()
+        # The attempt's own grant (its binding's authority): a renewal after the claim does not
+        # extend what admission will accept for this attempt (core/amendments.py).
+        expires_s = parse_rfc3339(work.binding["authority"]["expires_at"]).timestamp()
+        grant_expired = self._wall_s >= expires_s
         return self._read(
             lambda st: ownership.committed_view(
                 st, record, epoch_held=epoch_held, grant_expired=grant_expired

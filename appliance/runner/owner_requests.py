@@ -20,9 +20,9 @@ from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
-from appliance.runner import ownership
+from appliance.runner import contract_state, ownership
 from appliance.runner.applied import Refused
-from appliance.runner.command_table import PREVIEWS
+from appliance.runner.command_table import ADMIN_ACTIONS, PREVIEWS
 from appliance.runner.operator import (
     MUTATIONS,
     OperatorCommand,
@@ -31,6 +31,7 @@ from appliance.runner.operator import (
     error_reply,
 )
 from appliance.runner.owner_attempts import AttemptDecisions
+from appliance.runner.owner_contract import amendment_args
 from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Reply
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
@@ -187,6 +188,10 @@ class RequestDecisions(AttemptDecisions):
             "applied_index": raft.get("applied_index"),
             "grant_expires_at": format_utc(self.cfg.remote.expires_at),
             "grant_expired": self._wall_s >= self.cfg.remote.expires_at.timestamp(),
+            # The contract in force: genesis plus committed amendments (issue 20).
+            "contract": self._read(
+                lambda st: contract_state.contract_summary(self.cfg.remote, st)
+            ),
             "counts": {
                 "records": counts.records,
                 "outstanding": counts.outstanding,
@@ -202,6 +207,10 @@ class RequestDecisions(AttemptDecisions):
 
     def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action, args = command.action, command.args
+        if action in ADMIN_ACTIONS:  # a contract amendment: its base and normalized values
+            command = OperatorCommand(
+                action, self._read(lambda st: amendment_args(action, args, st))
+            )
         cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
         try:
             result = yield from self._propose(cmd)
@@ -227,6 +236,14 @@ class RequestDecisions(AttemptDecisions):
         return definition
 
     def _after_mutation(self, action: str, args: dict[str, Any], value: Any) -> dict[str, Any]:
+        if action in ADMIN_ACTIONS:
+            self._emit_log("contract_amended", amendment=value.amendment, kind=value.kind)
+            return {
+                "ok": True,
+                "action": action,
+                "amendment": value.amendment,
+                "changes": value.changes,
+            }
         extended = self._after_extended(action, args, value)
         if extended is not None:
             return extended

@@ -31,11 +31,12 @@ from typing import Any, Final, TextIO
 
 from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
 from appliance.config.addresses import HostPort
-from appliance.config.contract import contract_digest, sealed_contract
+from appliance.config.contract import contract_digest
 from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
 from appliance.config.replication import EtcdBackend
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import Peer, RunnerConfig, load_runner_config
+from appliance.core import state as core
 from appliance.core.errors import InvalidConfig
 from appliance.http import HttpServer
 from appliance.http.tls import listener_context, origin_client_context
@@ -44,6 +45,8 @@ from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
 from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
+from appliance.runner.contract_startup import ContractConflict, genesis_config, startup_contract
+from appliance.runner.contract_state import remote_in_force
 from appliance.runner.drain_notice import drain_notice, open_occurrences
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
@@ -137,8 +140,11 @@ class RunnerProcess:
             on_fatal=self._on_fatal,
             restore=self.machine.restore,
         )
+        # The worker URL in force (an ``amend_remote`` takes effect for the next call).
         self.worker = WorkerClient(
-            cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
+            lambda: self.machine.read(lambda st: remote_in_force(cfg.remote, st)).url.url,
+            credentials.worker,
+            ssl_context=origin_client_context(cfg.tls),
         )
         # Event metrics (docs/operations.md): the loop's log and replication seams, wrapped.
         self.metrics = RunnerMetrics()
@@ -261,18 +267,35 @@ def run_runner(
             _fail(stderr, f"config: {path}: {message}")
         return 2
     log = DecisionLog(cfg.node_id, log_stream(stderr, log_format))  # appliance.logs schema
-    warning = expiry_warning(cfg, clock.now_s())
-    if warning is not None:
-        log.emit("grant_expiry_warning", message=warning)
+    # The genesis contract or any committed amendment of it (appliance/runner/contract_startup.py):
+    # the store is opened with the genesis, the owner runs the amendment in force.
+    try:
+        startup = startup_contract(cfg)
+    except ContractConflict as exc:
+        _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
+        return 1
+    cfg = genesis_config(cfg, startup.contract)
     try:
         store = RunnerStore.create_or_open(
-            cfg.data_dir, contract=sealed_contract(cfg), contract_digest=contract_digest(cfg)
+            cfg.data_dir, contract=startup.contract, contract_digest=startup.digest
         )
     except StoreError as exc:
         _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
         return 1
     try:
         process = RunnerProcess(cfg, credentials, store, clock, log, network=network)
+        in_force = process.machine.read(lambda st: remote_in_force(cfg.remote, st))
+        amendment = process.machine.read(core.amendment_index)
+        log.emit(
+            "contract_in_force",
+            amendment=amendment,
+            config_amendment=startup.config_amendment,
+            grant_expires_at=format_utc(in_force.expires_at),
+            message=startup.message(),
+        )
+        warning = expiry_warning(dataclasses.replace(cfg, remote=in_force), clock.now_s())
+        if warning is not None:
+            log.emit("grant_expiry_warning", message=warning)
         process.start()
     except Exception as exc:
         store.close()

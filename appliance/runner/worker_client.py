@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import ssl
+from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
@@ -76,15 +77,16 @@ def _error_code(document: dict[str, Any] | None) -> str:
 class WorkerClient:
     def __init__(
         self,
-        origin_url: str,
+        origin_url: str | Callable[[], str],
         bearer: Secret,
         client: HttpClient | None = None,
         *,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``ssl_context``: verifies an https worker against the cluster CA and presents the
-        voter's certificate when the worker asks (appliance.http.tls.origin_client_context)."""
-        self._origin = origin_url.rstrip("/")
+        voter's certificate when the worker asks (appliance.http.tls.origin_client_context).
+        A callable ``origin_url`` gives the URL in force for each call (``amend_remote``)."""
+        self._origin_of = origin_url if callable(origin_url) else (lambda: origin_url)
         self._bearer = bearer
         self._client = client or HttpClient(
             connect_timeout_ms=CONNECT_TIMEOUT_MS, ssl_context=ssl_context
@@ -97,7 +99,7 @@ class WorkerClient:
         self, path: str, document: dict[str, Any], read_timeout_ms: int, *, fresh: bool = False
     ) -> Any:
         return self._client.post(
-            self._origin + path,
+            self._origin_of().rstrip("/") + path,
             _body(document),
             headers={"Content-Type": "application/json"},
             bearer=self._bearer,
@@ -137,7 +139,7 @@ class WorkerClient:
     def observe(self, execution_id: str) -> ObserveResult:
         try:
             response = self._client.get(
-                self._origin + EXECUTIONS_PATH + execution_id,
+                self._origin_of().rstrip("/") + EXECUTIONS_PATH + execution_id,
                 bearer=self._bearer,
                 read_timeout_ms=OBSERVE_READ_TIMEOUT_MS,
                 response_bytes_max=RESPONSE_BYTES_MAX,

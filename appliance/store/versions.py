@@ -44,5 +44,9 @@ READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
 READER_VERSION_COMPACTED = 3
 READER_VERSION_COMMANDS = 4
-BINARY_READER_VERSION = READER_VERSION_COMMANDS
+# 5: also the contract amendments part (``contract/amended``, appliance/core/amendments.py). An
+# older binary refuses an unknown checkpoint part, so the runner raises its minimum to 5 from the
+# first committed amendment on (amendments are never removed).
+READER_VERSION_AMENDED = 5
+BINARY_READER_VERSION = READER_VERSION_AMENDED
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}

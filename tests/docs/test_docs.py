@@ -23,6 +23,7 @@ from appliance.config.worker import parse_worker_config
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError, InvalidConfig
 from appliance.core.limits import Limits, parse_limits
+from appliance.runner.command_table import ADMIN_ACTIONS
 from appliance.runner.management.commands import Refused, check_command
 
 from . import doccheck
@@ -113,7 +114,9 @@ def validate(kind: str, document: Any) -> None:
         runner.update(document)
         parse_runner_config(runner)
     elif kind == "command":
-        check_command(document, "recovery", Limits())
+        # The contract amendments need the admin credential; recovery may send everything else.
+        amends = document.get("action") in ADMIN_ACTIONS
+        check_command(document, "admin" if amends else "recovery", Limits())
     else:
         raise ValueError(f"no validator for {kind}")
 

@@ -6,7 +6,15 @@ import pytest
 
 from appliance.core.limits import Limits
 from appliance.runner import operator
-from appliance.runner.command_table import COMMANDS, MUTATIONS, RECOVERY, RECOVERY_ACTIONS
+from appliance.runner.command_table import (
+    ADMIN,
+    ADMIN_ACTIONS,
+    COMMANDS,
+    MUTATIONS,
+    READS,
+    RECOVERY,
+    RECOVERY_ACTIONS,
+)
 from appliance.runner.management import commands
 from appliance.runner.management.mcp_tools import tool_specs
 
@@ -20,11 +28,38 @@ def test_every_surface_carries_exactly_the_rows_of_the_table() -> None:
     built = {a for a, spec in COMMANDS.items() if spec.build is not None or spec.plan is not None}
     assert built - {"backfill_preview"} == MUTATIONS  # a preview is planned, never proposed
     assert {"acknowledge_stopped"} == RECOVERY_ACTIONS
-    assert commands.allowed_actions("operator") == frozenset(COMMANDS) - RECOVERY_ACTIONS
-    assert commands.allowed_actions(RECOVERY) == frozenset(COMMANDS)
+    assert {"renew_grant", "amend_remote", "amend_limits"} == ADMIN_ACTIONS
+    everything = frozenset(COMMANDS)
+    assert commands.allowed_actions("operator") == everything - RECOVERY_ACTIONS - ADMIN_ACTIONS
+    # The recovery credential attests quiescence; it does not reconfigure (issue 20).
+    assert commands.allowed_actions(RECOVERY) == everything - ADMIN_ACTIONS
+    assert commands.allowed_actions(ADMIN) == ADMIN_ACTIONS | READS
+    assert {"status", "list"} <= READS
 
 
-BUILT_WITHOUT_STATE = sorted(a for a in MUTATIONS - {"create"} if COMMANDS[a].plan is None)
+@pytest.mark.parametrize("role", ["operator", "recovery"])
+def test_only_the_admin_credential_amends_the_contract(role: str) -> None:
+    with pytest.raises(commands.Refused) as refused:
+        commands.check_command({"action": "renew_grant", "expires_at": "x"}, role, Limits())
+    assert (refused.value.status, refused.value.code) == (403, "admin_required")
+    with pytest.raises(commands.Refused) as refused:
+        commands.check_command({"action": "create", "definition": {}}, ADMIN, Limits())
+    assert refused.value.status == 403
+
+
+def test_an_amendment_passes_its_given_fields_and_omits_the_optional_ones() -> None:
+    document = {"action": "renew_grant", "expires_at": "2030-01-01T00:00:00Z", "heap_mb": 64}
+    assert commands.check_command(document, ADMIN, Limits()) == document
+    with pytest.raises(commands.Refused, match="expires_at: required"):
+        commands.check_command({"action": "renew_grant"}, ADMIN, Limits())
+    assert operator.parse_operator('{"action":"amend_remote","worker_id":"w2"}').args == {
+        "worker_id": "w2"
+    }
+
+
+BUILT_WITHOUT_STATE = sorted(
+    a for a in MUTATIONS - {"create"} - ADMIN_ACTIONS if COMMANDS[a].plan is None
+)
 
 
 @pytest.mark.parametrize("action", BUILT_WITHOUT_STATE)

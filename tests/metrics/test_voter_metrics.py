@@ -230,3 +230,24 @@ def test_a_deleted_schedule_leaves_the_exposition_so_labels_stay_bounded(live: L
     assert found[("appliance_schedules", ())] == 0
     # The records it left are still history (retained until retention retires them).
     assert found[("appliance_occurrences", (("state", "Succeeded"),))] == 2
+
+
+def test_health_and_the_grant_gauge_read_the_renewed_grant(live: Live) -> None:
+    """``health`` warns 30, 7 and 1 days before the grant *in force* expires (issue 20)."""
+    now_s = T0 + 1
+    for days_left, severity in ((20, "notice"), (5, "warning"), (0.5, "critical")):
+        expires = datetime.fromtimestamp(now_s + days_left * 86_400, UTC)
+        text = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
+        reply = live.voter.command(json.dumps({"action": "renew_grant", "expires_at": text}))
+        assert reply["ok"], reply
+        health = live.json("/scheduler/v1/health")
+        assert health["grant"]["expires_at"] == text
+        warnings = [w for w in health["warnings"] if w["code"].startswith("grant")]
+        assert [(w["code"], w["severity"]) for w in warnings] == [("grant_expiring", severity)]
+        assert "renew-grant" in warnings[0]["message"]
+        gauge = value(live.scrape(), "appliance_grant_expiry_seconds")
+        assert gauge == expires.timestamp() - now_s
+    far = datetime.fromtimestamp(now_s + 31 * 86_400, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert live.voter.command(json.dumps({"action": "renew_grant", "expires_at": far}))["ok"]
+    health = live.json("/scheduler/v1/health")
+    assert not [w for w in health["warnings"] if w["code"].startswith("grant")]

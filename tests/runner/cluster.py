@@ -66,6 +66,7 @@ class Voter:
         self.proc: subprocess.Popen[str] | None = None
         self._replies: queue.Queue[dict[str, Any]] = queue.Queue()
         self._lock = threading.Lock()
+        self.extra_args: list[str] = []  # e.g. --clock-offset-seconds for a restart
 
     def start(self) -> None:
         with open(self.log, "a") as err:
@@ -78,6 +79,7 @@ class Voter:
                     str(self.config),
                     "--time-scale",
                     str(self.time_scale),
+                    *self.extra_args,
                 ],
                 env={**os.environ, **ENV},
                 stdin=subprocess.PIPE,
@@ -199,6 +201,7 @@ class Cluster:
         management_ports: dict[str, int] | None = None,
         raft: dict[str, int] | None = FAST_RAFT,
         replication: dict[str, Any] | None = None,
+        expires_at: str = "2099-01-01T00:00:00Z",
     ) -> None:
         self.root = root
         ids = [f"v{i}" for i in range(1, size + 1)]
@@ -230,7 +233,7 @@ class Cluster:
                 "remote": {
                     "url": f"http://127.0.0.1:{worker_port}",
                     "bearer_env": "RUNNER_WORKER_TOKEN",
-                    "expires_at": "2099-01-01T00:00:00Z",
+                    "expires_at": expires_at,
                     "session": "tests",
                     "timeout_seconds": timeout_seconds,
                     "heap_mb": 64,

@@ -50,7 +50,7 @@ log = logging.getLogger("appliance.runner.management")
 
 KiB: Final = 1024
 REQUEST_BYTES_MAX: Final = 72 * KiB
-MANAGEMENT_ROLES: Final = frozenset({"operator", "recovery"})
+MANAGEMENT_ROLES: Final = frozenset({"operator", "recovery", "admin"})
 STATUS_PATH: Final = "/scheduler/v1/status"
 SCHEDULES_PATH: Final = "/scheduler/v1/schedules"
 COMMANDS_PATH: Final = "/scheduler/v1/commands"
@@ -97,6 +97,7 @@ def credential_table(
         table: dict[str, Secret | str | None] = {
             "operator": credentials.operator,
             "recovery": credentials.recovery,
+            "admin": credentials.admin,
             "worker": credentials.worker,
             "admission": credentials.admission,
             "cluster": credentials.cluster,

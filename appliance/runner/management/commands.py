@@ -24,7 +24,13 @@ from typing import Any, Final
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.limits import Limits
 from appliance.runner.command_args import ArgumentError
-from appliance.runner.command_table import COMMANDS, MUTATIONS, RECOVERY_ACTIONS
+from appliance.runner.command_table import (
+    ADMIN_ACTIONS,
+    COMMANDS,
+    MUTATIONS,
+    READS,
+    RECOVERY_ACTIONS,
+)
 
 __all__ = ["MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
 
@@ -67,21 +73,34 @@ class Refused(Exception):
 
 
 def allowed_actions(role: str) -> frozenset[str]:
-    """What a management role may do (seeds/001 "Authorization matrix")."""
+    """What a management role may do (seeds/001 "Authorization matrix", plus issue 20's admin
+    role: the contract amendments and the reads, nothing else; no other role amends)."""
     if role == "recovery":
-        return frozenset(COMMAND_FIELDS)
+        return frozenset(COMMAND_FIELDS) - ADMIN_ACTIONS
     if role == "operator":
-        return frozenset(COMMAND_FIELDS) - RECOVERY_ACTIONS
+        return frozenset(COMMAND_FIELDS) - RECOVERY_ACTIONS - ADMIN_ACTIONS
+    if role == "admin":
+        return ADMIN_ACTIONS | READS
     return frozenset()
 
 
 def authorize(action: str, role: str) -> None:
-    if action in RECOVERY_ACTIONS and action not in allowed_actions(role):
+    if action in allowed_actions(role):
+        return
+    if action in ADMIN_ACTIONS:
+        raise Refused(
+            403,
+            "admin_required",
+            f"{action} requires the separate management admin credential "
+            "(management.admin_bearer_env)",
+        )
+    if action in RECOVERY_ACTIONS:
         raise Refused(
             403,
             "recovery_required",
             f"{action} requires the separate management recovery credential",
         )
+    raise Refused(403, "forbidden", f"{action} is not allowed with the {role} credential")
 
 
 def _shape(message: str, field: str | None) -> Refused:
@@ -126,7 +145,7 @@ def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> d
         elif key == "dispatcher_and_work_quiesced":
             document[key] = True  # checked above: exactly true
         else:
-            document[key] = arguments[key]  # checked by the row's check below
+            document[key] = arguments[key]  # the row's check below, or the owner's
     if spec.check is not None:
         try:
             spec.check(document)

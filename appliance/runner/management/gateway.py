@@ -39,7 +39,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 COMMAND_QUEUE_SLOTS: Final = 64
-ROLES: Final = frozenset({"operator", "recovery"})
+ROLES: Final = frozenset({"operator", "recovery", "admin"})
 
 
 class GatewayError(Exception):

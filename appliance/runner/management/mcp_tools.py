@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from appliance.core.binding import HEAP_MB_RANGE, TIMEOUT_SECONDS_RANGE
 from appliance.core.definition import (
     CODE_BYTES_MAX,
     CRON_BYTES_MAX,
@@ -28,11 +29,32 @@ from appliance.core.definition import (
     NAME_BYTES_MAX,
     TIMEZONE_BYTES_MAX,
 )
-from appliance.core.limits import Limits
+from appliance.core.limits import GRACE_SECONDS_MAX, RECORDS_MAX, SCHEDULES_MAX, Limits
 from appliance.runner.command_table import COMMANDS, CommandSpec
 from appliance.runner.management.commands import allowed_actions
 
 _ID: Final = {"type": "integer", "minimum": 1}
+# The contract amendments' fields (issue 20; the owner checks the values again).
+_AMENDMENT_FIELDS: Final[Mapping[str, dict[str, Any]]] = {
+    "expires_at": {
+        "type": "string",
+        "description": "RFC 3339 instant with an offset, later than now: the new grant expiry",
+    },
+    "timeout_seconds": {
+        "type": "integer",
+        "minimum": TIMEOUT_SECONDS_RANGE[0],
+        "maximum": TIMEOUT_SECONDS_RANGE[1],
+    },
+    "heap_mb": {"type": "integer", "minimum": HEAP_MB_RANGE[0], "maximum": HEAP_MB_RANGE[1]},
+    "session": {"type": "string", "description": "printable ASCII without spaces, 1-128 bytes"},
+    "url": {"type": "string", "description": "the worker origin, http(s)://host[:port]"},
+    "worker_id": {"type": "string", "description": "the worker identity claims are bound to"},
+    "schedules": {"type": "integer", "minimum": 1, "maximum": SCHEDULES_MAX},
+    "records": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
+    "outstanding": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
+    "running": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
+    "grace_seconds": {"type": "integer", "minimum": 0, "maximum": GRACE_SECONDS_MAX},
+}
 
 
 def _object(properties: Mapping[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -143,6 +165,8 @@ def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, An
             "description": "true only when a human attested quiescence; never "
             "inferred or auto-approved by an agent",
         }
+    if field in _AMENDMENT_FIELDS:
+        return dict(_AMENDMENT_FIELDS[field])
     if field in _EXTENSION_FIELDS:
         return dict(_EXTENSION_FIELDS[field])
     if field in ("code", "cron", "timezone", "policy"):  # update: one field of a definition

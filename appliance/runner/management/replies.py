@@ -64,6 +64,11 @@ MEANING: Final[Mapping[str, str]] = {
     "backfill_preview": "what backfill would create now; nothing was created",
     "acknowledge_stopped": "the occurrence was marked Abandoned on the attested quiescence; this "
     "does not cancel a previously admitted permit or undo external effects",
+    # The contract amendments (issue 20).
+    "renew_grant": "the grant renewal was committed; new claims carry it, attempts already "
+    "claimed keep the authority they were bound with",
+    "amend_remote": "the remote change was committed; the owner sends the next dispatch there",
+    "amend_limits": "the limits change was committed; it applies to the next command",
 }
 
 MUTATION_ACTIONS: Final = frozenset(MEANING) - {"status", "list"}

@@ -1,0 +1,81 @@
+"""The owner's half of a contract amendment: check and normalize the operator's arguments.
+
+Theory of operation: an amendment row of the command table (``renew_grant``, ``amend_remote``,
+``amend_limits``) builds its core command from the arguments plus ``base_amendment``, the index of
+the amendment in force when the owner read the committed state; the apply refuses the command if
+another amendment committed in between (appliance/core/amendments.py), so two operators never
+overwrite each other unseen. Values are normalized here the way the sealed contract writes them
+(the expiry in UTC with ``Z``, the worker origin without a default port), so a config file equal
+to an amended contract digests equal to it, and checked against the config's own rules (so
+every committed contract is also a valid config). Every problem is a 400 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from appliance.config.common import IDENT_BYTES_MAX, IDENT_PATTERN
+from appliance.config.rfc3339 import parse_rfc3339
+from appliance.config.runner import SESSION_BYTES_MAX, SESSION_PATTERN
+from appliance.config.urls import OriginError, parse_origin
+from appliance.core import state as core
+from appliance.core.errors import InvalidConfig
+from appliance.core.limits import limits_to_json, parse_limits
+from appliance.runner.contract_state import normalized_expiry
+from appliance.runner.operator import OperatorError
+
+
+def _bad(field: str, message: str) -> OperatorError:
+    return OperatorError(400, "invalid_command", f"{field}: {message}")
+
+
+def _text(args: dict[str, Any], field: str, pattern: Any, bytes_max: int, what: str) -> None:
+    value = args.get(field)
+    if value is None:
+        return
+    if (
+        not isinstance(value, str)
+        or pattern.fullmatch(value) is None
+        or len(value.encode()) > bytes_max
+    ):
+        raise _bad(field, f"must be {what}, at most {bytes_max} bytes")
+
+
+def amendment_args(action: str, args: dict[str, Any], state: core.SchedulerState) -> dict[str, Any]:
+    """``args`` checked and normalized, with ``base_amendment`` (and, for ``amend_limits``, the
+    full ``limits``: fields left out keep their value)."""
+    out = {k: v for k, v in args.items() if v is not None}
+    out["base_amendment"] = core.amendment_index(state)
+    if action == "renew_grant":
+        text = out.get("expires_at")
+        if not isinstance(text, str):
+            raise _bad("expires_at", "must be an RFC 3339 instant with an offset")
+        try:
+            out["expires_at"] = normalized_expiry(text)
+            parse_rfc3339(out["expires_at"])
+        except ValueError as err:
+            raise _bad("expires_at", str(err)) from None
+        _text(out, "session", SESSION_PATTERN, SESSION_BYTES_MAX, "printable ASCII, no spaces")
+    elif action == "amend_remote":
+        if "url" not in out and "worker_id" not in out:
+            raise _bad("url", "give url, worker_id or both")
+        if "url" in out:
+            if not isinstance(out["url"], str):
+                raise _bad("url", "must be a string")
+            try:
+                out["url"] = parse_origin(out["url"]).url
+            except OriginError as err:
+                raise _bad("url", str(err)) from None
+        _text(out, "worker_id", IDENT_PATTERN, IDENT_BYTES_MAX, "an identifier (A-Za-z0-9_.-)")
+    elif action == "amend_limits":
+        given = {k: out.pop(k) for k in list(out) if k in limits_to_json(state.limits)}
+        if not given:
+            raise _bad("limits", "give at least one limits field")
+        try:
+            out["limits"] = parse_limits({**limits_to_json(state.limits), **given}, "limits")
+        except InvalidConfig as err:
+            path, message = err.problems[0]
+            raise _bad(path, message) from None
+        if out["limits"] == state.limits:
+            raise _bad("limits", "the given values are the limits in force")
+    return out
