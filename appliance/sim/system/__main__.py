@@ -1,4 +1,4 @@
-"""``python -m appliance.sim.system --seeds N [--start S] [--allow-unknown-without-permit] [--verbose]``.
+"""``python -m appliance.sim.system --seeds N [--start S] [--verbose]``.
 
 Runs N consecutive seeds of the whole-system simulator (appliance/sim/system/world.py); every
 failure prints its seed, the rule it broke and the command that replays it. The last line sums
