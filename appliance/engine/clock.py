@@ -1,17 +1,10 @@
-"""Wall-clock seam: the engine stamps started_at/finished_at through an injected clock."""
+"""Wall-clock seam: the engine stamps started_at/finished_at through an injected clock.
+
+The protocol is the one shared ``Clock`` (appliance/clock.py); the engine needs only ``now()``.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Protocol
+from appliance.clock import Clock, SystemClock
 
-
-class Clock(Protocol):
-    def now(self) -> datetime:
-        """The current wall-clock time, timezone-aware."""
-        ...
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+__all__ = ["Clock", "SystemClock"]

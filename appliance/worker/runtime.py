@@ -238,6 +238,21 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
         }
         print(json.dumps(ready), file=out, flush=True)
         wait_for_stop(stop)
+        print(stop_notice(worker.engine), file=sys.stderr, flush=True)
     finally:
         worker.stop()
     return 0
+
+
+def stop_notice(engine: Engine | None) -> str:
+    """What a stopping worker says on Ctrl-C/SIGTERM: what it stops, and how long it may take."""
+    if engine is None:
+        return "appliance worker: stopping"
+    stats = engine.stats()
+    if stats.running == 0 and stats.queued == 0:
+        return "appliance worker: stopping: no execution is running"
+    return (
+        f"appliance worker: stopping: {stats.running} running and {stats.queued} queued "
+        f"execution(s) are cancelled (recorded cancelled, \"engine shutdown\"); waiting up to "
+        f"{ENGINE_SHUTDOWN_SECONDS:g} s for their engine children to be reaped"
+    )

@@ -47,3 +47,25 @@ def test_a_listener_that_will_not_stop_still_leaves_the_engine_down_and_the_stor
     finally:
         del server.stop  # the real one again, so the listener does not outlive the test
         server.stop()
+
+
+def test_the_stop_notice_says_what_is_stopped_and_for_how_long() -> None:
+    from appliance.worker.runtime import ENGINE_SHUTDOWN_SECONDS, stop_notice
+
+    class Busy:
+        def stats(self):  # type: ignore[no-untyped-def]
+            from types import SimpleNamespace
+
+            return SimpleNamespace(running=2, queued=1)
+
+    class Idle:
+        def stats(self):  # type: ignore[no-untyped-def]
+            from types import SimpleNamespace
+
+            return SimpleNamespace(running=0, queued=0)
+
+    busy = stop_notice(Busy())  # type: ignore[arg-type]
+    assert "2 running and 1 queued execution(s) are cancelled" in busy
+    assert f"waiting up to {ENGINE_SHUTDOWN_SECONDS:g} s" in busy
+    assert stop_notice(Idle()) == "appliance worker: stopping: no execution is running"  # type: ignore[arg-type]
+    assert stop_notice(None) == "appliance worker: stopping"
