@@ -2,8 +2,8 @@
 
 Theory of operation: everything that reads the wall clock takes a clock at construction and asks
 it, so a test or a simulator can move time. ``Clock`` is the shared meaning — "what instant is
-it", as an aware UTC datetime — used by the engine (started/finished stamps; appliance/engine/clock.py
-re-exports it), the local library and the runner. Two extensions add one
+it", as an aware UTC datetime — used by the engine (started/finished stamps;
+appliance/engine/clock.py re-exports it), the local library and the runner. Two extensions add one
 capability each: the runner's ``RunnerClock`` adds Unix seconds and the test-only time scale
 (``--time-scale N``, ``ScaledClock``); the local library's clock (appliance/local/clock.py) adds an
 interruptible wait. ``SystemClock`` satisfies all of them but the wait. Raft timers and join
