@@ -36,11 +36,11 @@ from appliance.replication.etcd_snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from appliance.runner.machine import Machine, encode_command
+from appliance.runner.machine import Machine
+from appliance.sim.system.world import LIMITS, SystemOptions, SystemSim
 from appliance.store.runner_store import RunnerStore
 from tests.etcd.cluster import EtcdCluster
 from tests.etcd.members import WAIT_S, fresh_prefix, settings, wait_for
-from tests.sim_runner.runner_sim import LIMITS, Simulation
 from tests.store.helpers import open_runner
 
 SNAPSHOT_ENTRIES = 5
@@ -50,9 +50,11 @@ DIGEST = "contract-digest-under-test"
 
 
 def commands(seed: int = 7) -> list[bytes]:
-    sim = Simulation(seed)
+    """A real committed log: the whole-system simulator's (owners, claims, outcomes, cancels)."""
+    sim = SystemSim(seed, SystemOptions())
     sim.run()
-    return [encode_command(c) for c in sim.cluster.log]
+    committed = sim.ledger.committed
+    return [committed[index] for index in sorted(committed)]
 
 
 class StoredRunner:
