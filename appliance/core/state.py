@@ -63,6 +63,7 @@ from appliance.core.binding import (
     invocation_from_json,
     invocation_to_json,
 )
+from appliance.core.charging import AdoptCharging, charging_rules, needs_charging_reader
 from appliance.core.commands import (
     AcknowledgeStopped,
     Applied,
@@ -168,6 +169,7 @@ __all__ = [
     "AdmissionRecord",
     "AdmissionRefused",
     "Admit",
+    "AdoptCharging",
     "AlreadySeeded",
     "Applied",
     "AttemptMismatch",
@@ -230,6 +232,7 @@ __all__ = [
     "binding_for",
     "binding_from_json",
     "binding_to_json",
+    "charging_rules",
     "command_from_json",
     "command_to_json",
     "current_epoch",
@@ -241,6 +244,7 @@ __all__ = [
     "invocation_to_json",
     "list_view",
     "needs_cancelling_reader",
+    "needs_charging_reader",
     "on_retire",
     "permit_to_json",
     "register",

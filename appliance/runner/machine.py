@@ -36,7 +36,7 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING
+from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_CHARGING
 
 T = TypeVar("T")
 __all__ = [
@@ -134,6 +134,10 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
+        # For good once the checkpoint names charging rules 2: an older binary would charge it
+        # by rules 1 and decide growth commands differently (appliance/core/charging.py).
+        if core.needs_charging_reader(self.state):
+            return READER_VERSION_CHARGING
         # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
         needs = getattr(core, "needs_cancelling_reader", None)
         if needs is None or not needs(self.state):

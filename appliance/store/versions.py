@@ -6,7 +6,10 @@ data: every store records the minimum reader version needed to read it, and a bi
 ``BINARY_READER_VERSION`` is lower refuses the store. The runner raises its minimum to
 ``READER_VERSION_CANCELLING`` while the checkpoint holds an unresolved ``Cancelling`` occurrence,
 because older binaries cannot read the cancellation states (seeds/001, "Operator commands and
-states"); a rollback to such a binary is then refused instead of misreading the checkpoint.
+states"); a rollback to such a binary is then refused instead of misreading the checkpoint. It
+raises it to ``READER_VERSION_CHARGING`` for good once the checkpoint names charging rules 2
+(appliance/core/charging.py): an older binary would charge the same records by rules 1 and decide
+growth commands differently from the same log.
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ KNOWN_SCHEMA_VERSIONS = {
 }
 
 # Reader versions. 1: the baseline states (no cancellation variants). 2: also Cancelling /
-# Cancelled and the acknowledgement of an unresolved Cancelling.
+# Cancelled and the acknowledgement of an unresolved Cancelling. 3: also the checkpoint budget's
+# charging rules 2 (the ``charging`` part).
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
-BINARY_READER_VERSION = READER_VERSION_CANCELLING
+READER_VERSION_CHARGING = 3
+BINARY_READER_VERSION = READER_VERSION_CHARGING
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}
