@@ -37,12 +37,12 @@ TIMEOUT_SECONDS_RANGE = (1, 86_400)
 # Charging rules 2 (state.py) bound a claim by what a valid runner config and worker produce, so a
 # live record's reserve can be sized by them: namespace and worker_id are IDENT (config/common.py),
 # the session printable ASCII without spaces (config/runner.py), the expiry ``format_utc`` of the
-# config's instant (at most 27 bytes; 35 is RFC 3339 with nine fraction digits and an offset), and
-# the worker incarnation a store's ``uuid4().hex`` or an operator-chosen IDENT-like name.
+# config's instant (``YYYY-MM-DDTHH:MM:SS.ffffffZ`` at most: 27 bytes), and the worker
+# incarnation a worker store's ``uuid4().hex`` (32 hex digits; IDENT-like names up to 32 pass).
 IDENT_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 SESSION_V2 = re.compile(r"[\x21-\x7e]{0,128}")
-INCARNATION_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-EXPIRES_AT_V2_BYTES_MAX = 35
+INCARNATION_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+EXPIRES_AT_V2_BYTES_MAX = 27
 HEAP_MB_RANGE = (16, 4096)
 
 
@@ -193,7 +193,7 @@ def check_binding_v2(b: Binding) -> None:
 def check_incarnation_v2(value: str) -> None:
     if INCARNATION_V2.fullmatch(value) is None:
         raise InvalidCommand(
-            "incarnation: must be 1-64 characters of A-Za-z0-9_.- starting with a letter or digit"
+            "incarnation: must be 1-32 characters of A-Za-z0-9_.- starting with a letter or digit"
         )
 
 

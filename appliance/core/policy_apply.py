@@ -30,7 +30,6 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import (
     INT_MAX,
     OUTCOME_EVENTS,
-    RECORD_BYTES_MAX,
     Event,
     Occurrence,
     new_occurrence,
@@ -50,7 +49,6 @@ from appliance.core.state_parts import (
     Progress,
     S,
     Schedule,
-    bound_reserve_bytes,
 )
 from appliance.core.txn import Txn, _check_id, _check_instant, register
 
@@ -121,14 +119,14 @@ def _validate_entry(entry: ObservedSchedule, seen: set[int]) -> None:
         previous = slot
 
 
-def _admit_slot(txn: Txn, schedule_id: int, skip_overlap: bool) -> DropReason | None:
-    """Overlap, then capacity: why this slot cannot become an occurrence, or None."""
-    if skip_overlap and txn.nonterminal(schedule_id):
+def _admit_slot(txn: Txn, record: Occurrence, skip_overlap: bool) -> DropReason | None:
+    """Overlap, then capacity: why this slot cannot become ``record``, or None."""
+    if skip_overlap and txn.nonterminal(record.schedule_id):
         return DropReason.OVERLAP
     if txn.outstanding >= txn.limits.outstanding:
         return DropReason.CAPACITY
-    extra_budget = len(_OCCURRENCE_PREFIX) + len(str(txn.next_occurrence_id)) + 4
-    extra_budget += RECORD_BYTES_MAX + bound_reserve_bytes(txn.next_occurrence_id)
+    extra_budget = len(_OCCURRENCE_PREFIX) + len(str(record.id)) + 4
+    extra_budget += txn.new_record_charge(record)  # by the checkpoint's charging rules
     if not txn.make_room(extra_budget, extra_records=1):
         return DropReason.CAPACITY
     return None
@@ -175,15 +173,16 @@ def _observe(txn: Txn, cmd: Observe) -> ObserveReport:
         for slot in entry.slots_s:
             if slot <= cursor_s:
                 continue  # consumed already: a slot is never armed twice
-            reason = _admit_slot(txn, schedule_id, skip_overlap)
+            occurrence_id = txn.next_occurrence_id
+            record = new_occurrence(occurrence_id, schedule_id, slot, at_s)
+            reason = _admit_slot(txn, record, skip_overlap)
             if reason is DropReason.OVERLAP:
                 overlap += 1
             elif reason is DropReason.CAPACITY:
                 capacity += 1
             else:
-                occurrence_id = txn.next_occurrence_id
                 txn.next_occurrence_id += 1
-                txn.add_occurrence(new_occurrence(occurrence_id, schedule_id, slot, at_s))
+                txn.add_occurrence(record)
                 created.append((schedule_id, occurrence_id, slot))
         totals, recent = progress.dropped, progress.recent
         if missed or overlap or capacity:

@@ -205,7 +205,7 @@ ADMISSION_V2_UNNAMED_BYTES = len(
             AdmissionRecord(
                 claim=worst_case_binding_v2(),
                 claimed_at_s=INSTANT_MAX_S,
-                permit=Permit(INT_MAX, "x" * 64, INT_MAX, INSTANT_MAX_S),
+                permit=Permit(INT_MAX, "x" * 32, INT_MAX, INSTANT_MAX_S),
                 fence=Fence(INT_MAX, INT_MAX, INSTANT_MAX_S, max(FENCE_CAUSES, key=len)),
                 unknown=UnknownNote(INT_MAX, "x" * REASON_BYTES_MAX, INSTANT_MAX_S),
             )

@@ -215,6 +215,14 @@ class Txn:
         if old is None or old.terminal != record.terminal:
             self._rebudget_bound_parts(record)
 
+    def new_record_charge(self, record: Occurrence) -> int:
+        """What a new Pending ``record`` (holding no bound part) is charged, frame aside."""
+        if self.rules == CHARGING_V1:
+            return RECORD_BYTES_MAX + bound_reserve_bytes(record.id)
+        return record_bytes_max(record) + bound_reserve_bytes(
+            record.id, record=record, fitted=self._fitted
+        )
+
     def add_occurrence(self, record: Occurrence) -> None:
         """A new Pending record (its id above every id so far): the observation's fast path."""
         if record.id < self.state.next_occurrence_id or record.id in self._occ:
@@ -228,12 +236,7 @@ class Txn:
         name = f"occurrence/{record.id}"
         data = encode_occurrence(record)
         self._size_delta += len(name) + 4 + len(data)
-        if self.rules == CHARGING_V1:
-            budget = RECORD_BYTES_MAX + bound_reserve_bytes(record.id)
-        else:
-            budget = record_bytes_max(record) + bound_reserve_bytes(
-                record.id, record=record, fitted=self._fitted
-            )
+        budget = self.new_record_charge(record)
         self._budget_delta += len(name) + 4 + budget
         self._parts[name] = (data, budget)
 
