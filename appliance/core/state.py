@@ -42,7 +42,8 @@ Module map: ``state_errors`` (refusals), ``state_parts`` (values, part encodings
 kinds), ``commands`` (the command dataclasses), ``state_model`` (the aggregate), ``txn`` (the
 overlay, ``register``, ``apply``), ``policy_apply`` (the policy commands), ``ownership`` and
 ``admission`` (the runner's commands, see docs/runner-core.md), ``charging`` (the switch to
-charging rules 2), ``serialisation`` (checkpoint and command JSON). This module re-exports every public name, so callers import from here.
+charging rules 2), ``serialisation`` (checkpoint and command JSON). This module re-exports every
+public name, so callers import from here.
 """
 
 from __future__ import annotations
