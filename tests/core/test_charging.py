@@ -486,3 +486,43 @@ def test_record_charge_is_exact_for_the_worst_record_of_given_fixed_fields() -> 
     assert len(encode_occurrence(reached)) == record_bytes_max(real)
     assert record_bytes_max(real) < RECORD_BYTES_MAX
     assert len(canonical_json(None)) == 4
+
+
+def test_the_admission_charge_is_reached_by_the_longest_rule_2_values() -> None:
+    """admission_bytes_fitted is exact: the longest claim, permit, fence and Unknown note rules 2
+    admit for a record fill it to the byte (so it is neither short nor wasteful)."""
+    from appliance.core.runner_parts import (
+        AdmissionRecord,
+        Fence,
+        Permit,
+        UnknownNote,
+        admission_to_json,
+    )
+
+    limits = Limits()
+    schedule = Schedule(7, modest(7, limits, name="\x01" * 100 + "é" * 14), True, T0 - 60)
+    record = new_occurrence(42, 7, T0, T0 + 1)
+    int_max, instant_max = 2**53 - 1, 253_402_300_799
+    from appliance.core.admission import claim_binding
+
+    binding = claim_binding(
+        record,
+        schedule.definition,
+        owner="o" * 64,
+        epoch=int_max,
+        namespace=LONG_NAMESPACE,
+        worker_id=LONG_WORKER,
+        authority=LONG_AUTHORITY,
+    )
+    binding = replace(binding, attempt=int_max, due_time="9999-12-31T23:59:59Z")
+    check_binding_v2(binding)
+    longest = AdmissionRecord(
+        claim=binding,
+        claimed_at_s=instant_max,
+        permit=Permit(int_max, LONG_INCARNATION, int_max, instant_max),
+        fence=Fence(int_max, int_max, instant_max, "takeover"),
+        unknown=UnknownNote(int_max, "x" * 256, instant_max),
+    )
+    assert len(canonical_json(admission_to_json(longest))) == admission_bytes_fitted(
+        record, None, schedule
+    )
