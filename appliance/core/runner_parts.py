@@ -12,8 +12,9 @@ takeover through separate keys"). Three part kinds:
   current attempt (its full binding), the permit (which attempt, which worker incarnation, the
   epoch that granted it), the latest terminal fence (definitely not launched), and why the
   attempt became Unknown. It is charged its maximum size, reserved by the record from its
-  creation, so claims, permits and fences always fit under the cap (SPEC §3 headroom rule). It
-  retires with its record.
+  creation, so claims, permits and fences always fit under the cap (SPEC §3 headroom rule): under
+  charging rules 1 the maximum of any record (``ADMISSION_BYTES_MAX``), under rules 2 the maximum
+  for this record (``admission_bytes_fitted``). It retires with its record.
 * ``retired`` (one part): the highest occurrence id retention has retired, so a replayed
   admission for a retired invocation is refused by name.
 
