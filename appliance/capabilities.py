@@ -52,11 +52,13 @@ COMMAND_KIND_BYTES_MAX: Final = 64
 
 
 def command_kinds() -> frozenset[str]:
-    """The command kinds this binary applies (every registered command type)."""
-    from appliance.core import state  # noqa: F401  (importing it registers every command)
+    """The command kinds this binary applies: every registered command type, and the features a
+    baseline command can carry (``appliance.core.features``; the owner gates on
+    ``command_kind(command)``)."""
+    from appliance.core import state  # (importing it registers every command)
     from appliance.core.serialisation import COMMAND_TYPES
 
-    return frozenset(COMMAND_TYPES)
+    return frozenset(COMMAND_TYPES) | state.FEATURE_KINDS
 
 
 @dataclass(frozen=True)

@@ -332,6 +332,7 @@ class RaftCluster(Cluster):
         for node_id in IDS:
             doc = runner_doc(node_id, cluster_ports, self.root)
             del doc["raft"]  # the product defaults: heartbeat 100 ms, election 1-2 s
+            doc.update(self.extra_config(node_id))
             config = self.root / f"{node_id}.json"
             config.write_text(json.dumps(doc))
             argv = [sys.executable, __file__, "--voter", str(config)]
@@ -387,6 +388,44 @@ class RaftCluster(Cluster):
         return bool(status.get("role") == "follower" and status.get("leader_id"))
 
 
+    def extra_config(self, node_id: str) -> dict[str, Any]:
+        return {}
+
+
+class RaftTlsCluster(RaftCluster):
+    """The same voters with a ``tls`` section: mutual TLS between them (a throwaway CA)."""
+
+    label = "built-in Raft, mutual TLS"
+
+    def start(self) -> None:
+        self.pki = write_bench_pki(self.root, list(IDS), voters=True)
+        super().start()
+
+    def extra_config(self, node_id: str) -> dict[str, Any]:
+        ca, cert, key = self.pki[node_id]
+        return {"tls": {"ca_file": ca, "cert_file": cert, "key_file": key}}
+
+
+def write_bench_pki(root: Path, names: list[str], *, voters: bool) -> dict[str, tuple[str, ...]]:
+    """A CA and a certificate per member naming 127.0.0.1 (and, for voters, their identity)."""
+    from appliance.cluster_init import pki
+    from appliance.http.tls import voter_name
+
+    authority = pki.new_authority("bench CA")
+    directory = root / "pki"
+    directory.mkdir()
+    ca = directory / "ca.pem"
+    pki.write_public(ca, authority.cert_pem())
+    out = {}
+    for name in names:
+        dns = ["localhost", voter_name(name)] if voters else ["localhost"]
+        issued = pki.issue(authority, name, dns_names=dns, ip_addresses=["127.0.0.1"])
+        pki.write_public(directory / f"{name}.pem", issued.cert_pem())
+        pki.write_private(directory / f"{name}.key", issued.key_pem())
+        out[name] = (str(ca), str(directory / f"{name}.pem"), str(directory / f"{name}.key"))
+    return out
+
+
 class PySyncObjCluster(RaftCluster):
     """pysyncobj, a Python Raft, behind the same bench client endpoint (no fsync: its journal
     is an mmap file it never syncs)."""
@@ -418,11 +457,13 @@ class EtcdCluster(Cluster):
         self.members = names
         self.client_port = dict(zip(names, free_ports(3), strict=True))
         peer_port = dict(zip(names, free_ports(3), strict=True))
-        peers = ",".join(f"{n}=http://127.0.0.1:{peer_port[n]}" for n in names)
+        scheme = self.peer_scheme
+        peers = ",".join(f"{n}={scheme}://127.0.0.1:{peer_port[n]}" for n in names)
         token = f"bench-{os.getpid()}-{time.monotonic_ns()}"
+        self.prepare(names)
         for name in names:
             client_url = f"http://127.0.0.1:{self.client_port[name]}"
-            peer_url = f"http://127.0.0.1:{peer_port[name]}"
+            peer_url = f"{scheme}://127.0.0.1:{peer_port[name]}"
             argv = [
                 ETCD,
                 f"--name={name}",
@@ -436,8 +477,17 @@ class EtcdCluster(Cluster):
                 "--initial-cluster-state=new",
                 "--logger=zap",
                 "--log-level=warn",
+                *self.extra_args(name),
             ]  # everything else at etcd's defaults: heartbeat 100 ms, election 1000 ms
             self._spawn(name, argv)
+
+    peer_scheme = "http"
+
+    def prepare(self, names: list[str]) -> None:
+        pass
+
+    def extra_args(self, name: str) -> list[str]:
+        return []
 
     def put(self, client: Any, name: str, value: bytes, timeout_ms: int = 5_000) -> bool:
         from appliance.http import ClientError
@@ -483,6 +533,26 @@ class EtcdCluster(Cluster):
             return False
         status = response.json()
         return bool(status.get("leader") and status["leader"] != status["header"]["member_id"])
+
+
+class EtcdPeerTlsCluster(EtcdCluster):
+    """etcd with peer TLS (mutual: --peer-client-cert-auth); clients stay on plain HTTP, as
+    the Raft side's bench client does."""
+
+    label = "etcd, peer TLS"
+    peer_scheme = "https"
+
+    def prepare(self, names: list[str]) -> None:
+        self.pki = write_bench_pki(self.root, names, voters=False)
+
+    def extra_args(self, name: str) -> list[str]:
+        ca, cert, key = self.pki[name]
+        return [
+            f"--peer-cert-file={cert}",
+            f"--peer-key-file={key}",
+            f"--peer-trusted-ca-file={ca}",
+            "--peer-client-cert-auth",
+        ]
 
 
 # -- the three measurements --------------------------------------------------------------------
@@ -746,6 +816,12 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2000)
     parser.add_argument("--failovers", type=int, default=3, help="per side per round")
     parser.add_argument("--floor-samples", type=int, default=300)
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="also the TLS sides: our voters with mutual TLS, etcd with peer TLS (issue 18)",
+    )
+    parser.add_argument("--only-tls-pairs", action="store_true", help="with --tls: skip pysyncobj")
     args = parser.parse_args()
     if args.voter:
         sys.exit(voter_main(args.voter, args.client_port))
@@ -758,11 +834,23 @@ def main() -> None:
         sides.append("etcd")
     else:
         print(f"etcd not found ({ETCD}): the etcd side is skipped (apt-get install etcd-server)")
-    if importlib.util.find_spec("pysyncobj") is not None:
+    if args.only_tls_pairs:
+        pass
+    elif importlib.util.find_spec("pysyncobj") is not None:
         sides.append("pysyncobj")
     else:
         print("pysyncobj not installed: that side is skipped (pip install -e '.[bench]')")
-    kinds = {"raft": RaftCluster, "etcd": EtcdCluster, "pysyncobj": PySyncObjCluster}
+    if args.tls:
+        sides.append("raft-mtls")
+        if "etcd" in sides:
+            sides.append("etcd-peer-tls")
+    kinds = {
+        "raft": RaftCluster,
+        "etcd": EtcdCluster,
+        "pysyncobj": PySyncObjCluster,
+        "raft-mtls": RaftTlsCluster,
+        "etcd-peer-tls": EtcdPeerTlsCluster,
+    }
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in kinds}
     floors = []
     print(f"rounds={args.rounds} sequential={args.sequential} parallel={args.parallel}")
@@ -842,6 +930,7 @@ def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, floa
         print(f"| {name} | {ours:.2f} | {theirs:.2f} | {ratio:.2f} | {target} | {verdict} |")
     report_in_process(results)
     report_python_peer(results)
+    report_tls(results)
     p50 = med(raft, "p50_ms")
     line = (
         f"raft p50 / floor (SQLite) = {p50 / floor['floor_sqlite_ms']:.2f}, "
@@ -905,6 +994,46 @@ def report_paired(raft_rows: list[dict[str, Any]], etcd_rows: list[dict[str, Any
         good = sum(1 for x in ratios if (x >= 1.0 if higher_better else x <= 1.0))
         each = ", ".join(f"{x:.2f}" for x in ratios)
         print(f"| {name} | {each} | {statistics.median(ratios):.2f} | {good} of {len(ratios)} |")
+
+
+def report_tls(results: dict[str, list[dict[str, Any]]]) -> None:
+    """The TLS row (issue 18): our voters with mutual TLS next to our plaintext voters and to
+    etcd with peer TLS, same run; the target is our TLS p50 at most 1.3 times our plaintext p50."""
+    ours = results["raft-mtls"]
+    if not ours:
+        return
+    print()
+    print("TLS, same rounds:")
+    for side in ("raft-mtls", "etcd-peer-tls"):
+        for i, r in enumerate(results[side]):
+            print(fmt_side(f"{side} round {i + 1}", r))
+            if r.get("inproc"):
+                print(fmt_inproc(f"{side} round {i + 1}, in-process", r))
+    plain = results["raft"]
+    print()
+    print("| median of rounds | raft plain | raft mTLS | mTLS / plain | target | met |")
+    print("|---|---|---|---|---|---|")
+    for name, get in (
+        ("sequential p50 ms, HTTP client", lambda rs: med(rs, "p50_ms")),
+        ("sequential p50 ms, in-process", lambda rs: med_inproc(rs, "p50_ms")),
+    ):
+        a, b = get(plain), get(ours)
+        verdict = "met" if b / a <= 1.3 else "NOT met"
+        print(f"| {name} | {a:.2f} | {b:.2f} | {b / a:.2f} | ≤ 1.3 | {verdict} |")
+    theirs = results["etcd-peer-tls"]
+    if theirs:
+        print()
+        print("| median of rounds | raft mTLS | etcd peer TLS | raft / etcd |")
+        print("|---|---|---|---|")
+        for name, get in (
+            ("sequential p50 ms (HTTP client)", lambda rs: med(rs, "p50_ms")),
+            ("throughput /s, 8 proposers", lambda rs: med(rs, "throughput_per_s")),
+            ("failover ms (all samples)", pooled_failover),
+        ):
+            a, b = get(ours), get(theirs)
+            print(f"| {name} | {a:.2f} | {b:.2f} | {a / b:.2f} |")
+        a, b = med_inproc(ours, "p50_ms"), med(theirs, "p50_ms")
+        print(f"| sequential p50 ms (raft in-process) | {a:.2f} | {b:.2f} | {a / b:.2f} |")
 
 
 def report_python_peer(results: dict[str, list[dict[str, Any]]]) -> None:

@@ -2,7 +2,9 @@
 
 Every refusal says what differs and what the operator can do. There is no automatic migration:
 the only ways forward are the binary that understands the store, the configuration it was sealed
-with, or a new empty data_dir.
+with, or a new store: an empty data_dir for a worker, ``appliance admin store recover`` for a
+voter (a voter that has run before must never start on an empty data_dir: it would vote on an
+empty log; docs/voter-recovery.md).
 """
 
 from __future__ import annotations
@@ -37,6 +39,26 @@ def differing_keys(stored: dict[str, Any], expected: dict[str, Any]) -> list[str
 _MISSING = object()
 
 
+# What replaces a store this binary cannot open, by kind (docs/recovery.md).
+VOTER_FRESH_START = (
+    "move the data_dir aside and run `appliance admin store recover` for this voter (never "
+    "start a voter that has run before on an empty data_dir: it would vote on an empty log; "
+    "a single voter has no one to recover from and needs its backup; see docs/voter-recovery.md)"
+)
+WORKER_FRESH_START = (
+    "move it aside and start with an empty data_dir (the worker loses its admission records, "
+    "so first confirm that no accepted work is still running)"
+)
+
+
+def fresh_start(kind: str | None) -> str:
+    if kind == "worker":
+        return WORKER_FRESH_START
+    if kind == "runner":
+        return VOTER_FRESH_START
+    return f"for a voter: {VOTER_FRESH_START}; for a worker: {WORKER_FRESH_START}"
+
+
 def _damage_reason(facts: StoreFacts) -> str:
     shown = list(facts.problems[:PROBLEMS_SHOWN_MAX])
     more = len(facts.problems) - len(shown)
@@ -44,9 +66,8 @@ def _damage_reason(facts: StoreFacts) -> str:
         shown.append(f"and {more} more")
     return (
         f"{facts.path} is damaged: " + "; ".join(shown) + ". Do not edit it by hand; restore "
-        "this data_dir from a backup, or move it aside and start with an empty data_dir (a voter "
-        "then catches up from the leader; a worker loses its admission records, so first confirm "
-        "no accepted work is still running)"
+        "this data_dir from a backup taken while the process was stopped, or "
+        + fresh_start(facts.kind)
     )
 
 
@@ -78,13 +99,15 @@ def decide(
             f"{facts.path} has {facts.kind} schema version {facts.schema_version}, which this "
             f"binary does not know (it reads {', '.join(map(str, known))}); there is no automatic "
             f"migration: run the binary that created it (appliance {facts.created_by_version}) "
-            "or start with an empty data_dir"
+            f"or {fresh_start(facts.kind)}"
         )
     if facts.min_reader_version is not None and facts.min_reader_version > binary_reader_version:
         reasons.append(
             f"{facts.path} needs reader version {facts.min_reader_version} but this binary reads "
             f"up to {binary_reader_version}: the store holds states this binary cannot read (such "
-            "as an unresolved Cancelling). Run a binary at least as new as the one that wrote it "
+            "as an unresolved Cancelling, a compacted log whose early entries live only in a "
+            "snapshot, a pause, a jittered or updated schedule, or run_now request ids). Run a "
+            "binary at least as new as the one that wrote it "
             f"(appliance {facts.created_by_version} or later), or resolve or acknowledge those "
             "occurrences with that binary before rolling back"
         )
@@ -101,7 +124,6 @@ def decide(
             f"{facts.path} was sealed with contract digest {facts.contract_digest}, the "
             f"configuration gives {expected_digest}{detail}. The contract (voters, limits, "
             "initial schedules, remote) is fixed at first start and must be identical on every "
-            "replica: restore the configuration it was sealed with, or start this node with an "
-            "empty data_dir"
+            "replica: restore the configuration it was sealed with, or " + fresh_start(facts.kind)
         )
     return Decision(allowed=not reasons, reasons=tuple(reasons))

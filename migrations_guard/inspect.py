@@ -17,6 +17,7 @@ import apsw
 from appliance.store import schema
 from appliance.store.checksum import matches
 from appliance.store.readonly import open_readonly, wal_path
+from appliance.store.snapshot_format import META_SNAPSHOT, parse_snapshot_meta
 from appliance.store.versions import (
     KIND_RUNNER,
     KNOWN_SCHEMA_VERSIONS,
@@ -101,8 +102,10 @@ def _inspect_open(conn: apsw.Connection, base: dict[str, Any], problems: list[st
         check = list(conn.execute("PRAGMA quick_check"))
         if check != [("ok",)]:
             problems.append("SQLite quick_check: " + "; ".join(str(r[0]) for r in check[:5]))
-        scanner = _scan_runner if kind == KIND_RUNNER else _scan_worker
-        summary = scanner(conn, problems)
+        if kind == KIND_RUNNER:
+            summary = _scan_runner(conn, problems, meta.get(META_SNAPSHOT))
+        else:
+            summary = _scan_worker(conn, problems)
     return StoreFacts(
         **base,
         kind=kind,
@@ -116,7 +119,20 @@ def _inspect_open(conn: apsw.Connection, base: dict[str, Any], problems: list[st
     )
 
 
-def _scan_runner(conn: apsw.Connection, problems: list[str]) -> dict[str, Any]:
+def _scan_runner(
+    conn: apsw.Connection, problems: list[str], snapshot_text: str | None
+) -> dict[str, Any]:
+    """Every runner row verified. A compacted log (``snapshot`` meta row) starts right after the
+    snapshot index; rows at or below it are deleted rows not yet reclaimed (verified, counted,
+    never part of the log)."""
+    snap_index = snap_term = 0
+    try:
+        parsed = parse_snapshot_meta(snapshot_text)
+    except ValueError as exc:
+        problems.append(str(exc))
+        parsed = None
+    if parsed is not None:
+        snap_index, snap_term, _voters = parsed
     term: int | None = None
     voted_for: str | None = None
     rows = conn.execute("SELECT term, voted_for, checksum FROM hard_state WHERE id = 1").fetchall()
@@ -127,8 +143,8 @@ def _scan_runner(conn: apsw.Connection, problems: list[str]) -> dict[str, Any]:
     else:
         term, voted_for = rows[0][0], rows[0][1]
     first = last = None
-    count = log_bytes = 0
-    previous_term = 0
+    count = log_bytes = reclaimable = 0
+    previous_term = snap_term
     for idx, entry_term, payload, stored in conn.execute(
         "SELECT idx, term, payload, checksum FROM log ORDER BY idx"
     ):
@@ -136,6 +152,15 @@ def _scan_runner(conn: apsw.Connection, problems: list[str]) -> dict[str, Any]:
             stored, schema.TAG_LOG, idx, entry_term, payload
         ):
             problems.append(f"log entry {idx} fails its checksum")
+            if idx <= snap_index:
+                continue
+        if idx <= snap_index:
+            reclaimable += 1  # compacted, not yet deleted
+            continue
+        if first is None and snap_index and idx != snap_index + 1:
+            problems.append(
+                f"the log resumes at entry {idx}, not right after its snapshot at {snap_index}"
+            )
         elif entry_term < previous_term:
             problems.append(f"log entry {idx} has term {entry_term} below the previous entry's")
         else:
@@ -154,6 +179,11 @@ def _scan_runner(conn: apsw.Connection, problems: list[str]) -> dict[str, Any]:
         problems.append("the checkpoint applied index fails its checksum")
     else:
         applied = rows[0][0]
+        if applied < snap_index:
+            problems.append(
+                f"the checkpoint (applied index {applied}) is below the snapshot index "
+                f"{snap_index}: the entries between are gone"
+            )
     parts = part_bytes = 0
     for name, data, stored in conn.execute(
         "SELECT name, data, checksum FROM checkpoint_part ORDER BY name"
@@ -165,10 +195,13 @@ def _scan_runner(conn: apsw.Connection, problems: list[str]) -> dict[str, Any]:
     return {
         "term": term,
         "voted_for": voted_for,
-        "log_first_index": first or 0,
-        "log_last_index": last or 0,
+        "log_first_index": snap_index + 1 if snap_index else (first or 0),
+        "log_last_index": last or snap_index,
         "log_entries": count,
         "log_bytes": log_bytes,
+        "snapshot_index": snap_index,
+        "snapshot_term": snap_term,
+        "log_reclaimable_entries": reclaimable,
         "applied_index": applied,
         "checkpoint_parts": parts,
         "checkpoint_bytes": part_bytes,

@@ -26,6 +26,7 @@ IO_MODULE_NAMES = {
     "reply_slot.py",
     "peer_pipeline.py",
     "peer_probe.py",
+    "reclaimer.py",
 }
 
 

@@ -12,9 +12,12 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 from appliance.core.calendar import COUNT_MAX, FireTime, compile_schedule
+from appliance.core.definition import JITTER_SECONDS_MAX
 from appliance.core.errors import InvalidSchedule
+from appliance.core.jitter import jittered_instant_s
 
 EXIT_OK = 0
 EXIT_USAGE = 2
@@ -44,6 +47,19 @@ def register(groups: argparse._SubParsersAction) -> None:
         default=COUNT_DEFAULT,
         help=f"how many fire times (0-{COUNT_MAX}, default {COUNT_DEFAULT})",
     )
+    preview.add_argument(
+        "--jitter-seconds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also show each slot's jittered start (needs --schedule-id; 0-3600)",
+    )
+    preview.add_argument(
+        "--schedule-id",
+        type=int,
+        metavar="ID",
+        help="the schedule id the jitter is derived from (SHA-256 of id and slot)",
+    )
     preview.add_argument("--json", action="store_true", help="print one JSON document")
     preview.set_defaults(func=run_next)
 
@@ -57,6 +73,7 @@ def run_next(args: argparse.Namespace) -> int:
         )
         schedule = compile_schedule(args.cron, args.timezone)
         times = [schedule.describe(t) for t in schedule.next_fire_times(after, args.count)]
+        starts = _jittered_starts(args, schedule, times)
     except InvalidSchedule as exc:
         print(f"appliance: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -67,12 +84,40 @@ def run_next(args: argparse.Namespace) -> int:
             "after": _rfc3339(after.astimezone(UTC)),
             "fire_times": [_as_json(fire) for fire in times],
         }
+        if starts is not None:
+            document["jitter_seconds"] = args.jitter_seconds
+            for item, start in zip(document["fire_times"], starts, strict=True):
+                item["starts"] = _rfc3339(start)
         print(json.dumps(document, indent=2))
     else:
         print(f"{args.cron!r} in {args.timezone}, after {_rfc3339(after.astimezone(UTC))}:")
-        for fire in times:
-            print(_as_line(fire))
+        for index, fire in enumerate(times):
+            line = _as_line(fire)
+            if starts is not None:
+                line += f"  starts {_rfc3339(starts[index])}"
+            print(line)
     return EXIT_OK
+
+
+def _jittered_starts(
+    args: argparse.Namespace, schedule: Any, times: list[FireTime]
+) -> list[datetime] | None:
+    """Each slot's jittered start (the due time stays the slot), or None without jitter."""
+    if not args.jitter_seconds:
+        if args.schedule_id is not None:
+            raise InvalidSchedule("schedule-id: only meaningful with --jitter-seconds")
+        return None
+    if not 0 < args.jitter_seconds <= JITTER_SECONDS_MAX:
+        raise InvalidSchedule(f"jitter-seconds: must be in [0, {JITTER_SECONDS_MAX}]")
+    if args.schedule_id is None or args.schedule_id < 1:
+        raise InvalidSchedule("schedule-id: --jitter-seconds needs the schedule's id (>= 1)")
+    starts = []
+    for fire in times:
+        slot_s = int(fire.utc.timestamp())
+        following_s = int(schedule.next_after(fire.utc).timestamp())
+        start_s = jittered_instant_s(args.schedule_id, slot_s, args.jitter_seconds, following_s)
+        starts.append(datetime.fromtimestamp(start_s, UTC))
+    return starts
 
 
 def _parse_after(text: str) -> datetime:

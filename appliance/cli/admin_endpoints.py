@@ -1,6 +1,7 @@
 """Which management listener an ``admin`` command goes to: several endpoints, one owner.
 
-``--addr`` may be repeated (or ``$APPLIANCE_MANAGEMENT_ADDR`` holds a comma-separated list, like
+``--addr`` (``host:port``, or ``https://host:port`` for a listener that serves TLS) may be
+repeated (or ``$APPLIANCE_MANAGEMENT_ADDR`` holds a comma-separated list, like
 ``etcdctl --endpoints``); each must be loopback, like the listener itself — a remote voter is
 reached through a forward to its own loopback listener (docs/management.md). ``send`` tries the
 endpoints in order and moves to the next ONLY when the answer proves the command was not taken:
@@ -49,8 +50,12 @@ def endpoints(addrs: str | Sequence[str] | None, environ: Any = None) -> list[st
         raise UsageError(f"--addr: at most {ENDPOINTS_MAX} endpoints, got {len(raw)}")
     urls: list[str] = []
     for addr in raw:
+        addr, scheme = addr.strip(), "http"
+        for prefix in ("https://", "http://"):  # https:// for a listener that serves TLS
+            if addr.startswith(prefix):
+                scheme, addr = prefix[:-3], addr.removeprefix(prefix)
         try:
-            parsed = parse_host_port(addr.strip())
+            parsed = parse_host_port(addr)
         except AddressError as exc:
             raise UsageError(f"--addr: {exc}") from None
         if not is_loopback_host(parsed.host):
@@ -59,7 +64,7 @@ def endpoints(addrs: str | Sequence[str] | None, environ: Any = None) -> list[st
                 "reach a remote voter through a forward to its loopback listener "
                 "(docs/management.md)"
             )
-        url = f"http://{parsed}"
+        url = f"{scheme}://{parsed}"
         if url not in urls:
             urls.append(url)
     return urls

@@ -1,4 +1,5 @@
-"""``appliance admin status|list|history|output|create|disable|cancel|delete|acknowledge-stopped``.
+"""``appliance admin status|list|history|output|create|disable|cancel|delete|acknowledge-stopped``
+and the commands beyond the seeds: ``run-now|enable|update|pause|resume|backfill``.
 
 Operator commands over the management listener (docs/management.md). The bearer comes from an
 environment variable named with ``--token-env`` (never from a flag value, which would show in
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -79,6 +81,14 @@ def _common(parser: argparse.ArgumentParser, token_env: str) -> None:
         default=token_env,
         metavar="NAME",
         help=f"environment variable holding the bearer (default {token_env})",
+    )
+    parser.add_argument(
+        "--cacert",
+        metavar="FILE",
+        default=None,
+        help="CA file (PEM) to verify https:// targets against (--addr https://127.0.0.1:PORT "
+        "for a management listener with management.tls; --worker-metrics https://... for a "
+        "worker with tls)",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON reply unchanged")
 
@@ -145,12 +155,13 @@ def register(groups: argparse._SubParsersAction) -> None:
             lambda p: p.add_argument("id", type=int, metavar="ID"),
         ),
     ]
+    specs += _extension_specs()
     for name, help_text, extra in specs:
         parser = groups.add_parser(name, help=help_text, description=help_text)
         if extra is not None:
             extra(parser)
         _common(parser, OPERATOR_TOKEN_ENV)
-        parser.set_defaults(func=run, ops_action=name)
+        parser.set_defaults(func=run, ops_action=name.replace("-", "_"))
         if name == "status":
             parser.add_argument(
                 "--worker-metrics",
@@ -182,6 +193,134 @@ def register(groups: argparse._SubParsersAction) -> None:
     ack.set_defaults(func=run, ops_action="acknowledge_stopped")
 
 
+def _extension_specs() -> list[tuple[str, str, Callable[[argparse.ArgumentParser], None] | None]]:
+    """The operator commands beyond seeds/001 (docs/policies.md, "Operator commands")."""
+
+    def run_now(p: argparse.ArgumentParser) -> None:
+        p.add_argument("id", type=int, metavar="ID")
+        p.add_argument(
+            "--request-id",
+            metavar="KEY",
+            help="deduplication key: repeating with the same key after an uncertain answer "
+            "returns the first answer and runs nothing twice",
+        )
+
+    def enable(p: argparse.ArgumentParser) -> None:
+        p.add_argument("id", type=int, metavar="ID")
+        p.add_argument("--catch-up", action="store_true", help=CATCH_UP_HELP)
+
+    def update(p: argparse.ArgumentParser) -> None:
+        p.add_argument("id", type=int, metavar="ID")
+        p.add_argument("--cron", help="a new cron expression")
+        p.add_argument("--timezone", help="a new IANA timezone")
+        p.add_argument("--name", help="a new name")
+        p.add_argument("--no-name", action="store_true", help="remove the name")
+        p.add_argument("--code-file", metavar="FILE|-", help="the new JavaScript source")
+        p.add_argument("--policy-file", metavar="FILE|-", help="a new policy object (JSON)")
+
+    def resume(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--catch-up", action="store_true", help=CATCH_UP_HELP)
+
+    def backfill(p: argparse.ArgumentParser) -> None:
+        p.add_argument("id", type=int, metavar="ID")
+        p.add_argument("--start", required=True, metavar="INSTANT", help="RFC 3339, inclusive")
+        p.add_argument("--end", required=True, metavar="INSTANT", help="RFC 3339, inclusive")
+        p.add_argument(
+            "--overlap",
+            choices=("Skip", "Queue", "Concurrent"),
+            help="how the backfilled slots are admitted (default Queue)",
+        )
+        p.add_argument(
+            "--preview", action="store_true", help="show what it would create; create nothing"
+        )
+
+    return [
+        ("run-now", "run a schedule once now (through its overlap policy)", run_now),
+        ("enable", "enable a schedule (no backlog unless --catch-up)", enable),
+        ("update", "change a schedule's cron, timezone, name, code or policy", update),
+        ("pause", "pause all scheduling cluster-wide (running work continues)", None),
+        ("resume", "resume scheduling (the paused span is skipped unless --catch-up)", resume),
+        ("backfill", "create occurrences for past slots that have none", backfill),
+    ]
+
+
+CATCH_UP_HELP: Final = "apply the schedule's missed policy to the span instead of skipping it"
+TEXT_FILE_BYTES_MAX: Final = 72 * 1024
+
+
+def _extension_command(args: argparse.Namespace, stdin: Any) -> dict[str, Any] | None:
+    action = args.ops_action
+    if action == "run_now":
+        command: dict[str, Any] = {"action": action, "id": _positive(args.id, "ID")}
+        if args.request_id is not None:
+            command["request_id"] = args.request_id
+        return command
+    if action in ("enable", "resume"):
+        command = {"action": action}
+        if action == "enable":
+            command["id"] = _positive(args.id, "ID")
+        if args.catch_up:
+            command["catch_up"] = True
+        return command
+    if action == "pause":
+        return {"action": action}
+    if action == "update":
+        return _update_command(args, stdin)
+    if action == "backfill":
+        command = {
+            "action": "backfill_preview" if args.preview else "backfill",
+            "id": _positive(args.id, "ID"),
+            "start": args.start,
+            "end": args.end,
+        }
+        if args.overlap is not None:
+            command["overlap"] = args.overlap
+        return command
+    return None
+
+
+def _update_command(args: argparse.Namespace, stdin: Any) -> dict[str, Any]:
+    command: dict[str, Any] = {"action": "update", "id": _positive(args.id, "ID")}
+    for field in ("cron", "timezone", "name"):
+        value = getattr(args, field)
+        if value is not None:
+            command[field] = value
+    if args.no_name:
+        if "name" in command:
+            raise UsageError("give either --name or --no-name")
+        command["name"] = None
+    if args.code_file is not None:
+        command["code"] = _read_text(args.code_file, stdin, "the code")
+    if args.policy_file is not None:
+        try:
+            policy = json.loads(_read_text(args.policy_file, stdin, "the policy"))
+        except ValueError as exc:
+            raise UsageError(f"the policy is not valid JSON: {exc}") from None
+        if not isinstance(policy, dict):
+            raise UsageError("the policy must be a JSON object")
+        command["policy"] = policy
+    if len(command) == 2:
+        raise UsageError(
+            "update needs at least one of --cron, --timezone, --name, --no-name, --code-file, "
+            "--policy-file"
+        )
+    return command
+
+
+def _read_text(source: str, stdin: Any, what: str) -> str:
+    try:
+        if source == "-":
+            text = (stdin or sys.stdin).read(TEXT_FILE_BYTES_MAX + 1)
+        else:
+            with Path(source).open(encoding="utf-8") as handle:
+                text = handle.read(TEXT_FILE_BYTES_MAX + 1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {what} {source}: {exc}") from None
+    if len(text.encode("utf-8")) > TEXT_FILE_BYTES_MAX:
+        raise UsageError(f"{what} is larger than {TEXT_FILE_BYTES_MAX} bytes")
+    return str(text)
+
+
 def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str, bytes | None]:
     """(method, path, body) for the chosen command; raises UsageError."""
     action = args.ops_action
@@ -199,6 +338,9 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
         oid = _positive(args.occurrence_id, "OCCURRENCE_ID")
         query = "" if args.attempt is None else f"?attempt={_positive(args.attempt, '--attempt')}"
         return "GET", f"/scheduler/v1/occurrences/{oid}/output{query}", None
+    extended = _extension_command(args, stdin)
+    if extended is not None:
+        return "POST", "/scheduler/v1/commands", json.dumps(extended).encode()
     command: dict[str, Any] = {"action": action}
     if action == "create":
         command["definition"] = _read_definition(args.file, stdin or sys.stdin)
@@ -245,6 +387,17 @@ def _read_definition(source: str, stdin: Any) -> Any:
     return value
 
 
+def _tls_context(cacert: str | None) -> ssl.SSLContext | None:
+    if cacert is None:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=cacert)
+    except (OSError, ssl.SSLError) as exc:
+        raise UsageError(f"--cacert {cacert}: cannot load it as a CA file ({exc})") from None
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
+
+
 def _token(name: str) -> str:
     value = os.environ.get(name)
     if not value:
@@ -256,6 +409,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     try:
+        context = _tls_context(getattr(args, "cacert", None))  # for https:// targets
         bases = endpoints(args.addr)
         token = _token(args.token_env)
         method, path, body = build_request(args, stdin)
@@ -264,7 +418,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     except (UsageError, BadZone) as exc:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
-    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS)
+    client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS, ssl_context=context)
     try:
         sent = send(client, bases, token, method, path, body)
         status, reply = sent.status, sent.reply
@@ -492,6 +646,7 @@ def history_rows(occurrences: list[dict[str, Any]], tz: Any = None) -> list[dict
     """One row per transition; the occurrence's fixed fields only on its first/last row."""
     tz = tz or zone(None)
     rows: list[dict[str, Any]] = []
+    jittered = any(occurrence.get("starts_at") for occurrence in occurrences)
     for occurrence in occurrences:
         failure = occurrence.get("failure_reason") or ""
         timeline = occurrence.get("timeline") or [{}]
@@ -509,6 +664,9 @@ def history_rows(occurrences: list[dict[str, Any]], tz: Any = None) -> list[dict
                     "failure": failure if last else "",
                 }
             )
+            if jittered:  # a STARTS column only when a jittered record is shown
+                start = occurrence.get("starts_at") if first else ""
+                rows[-1] = {**rows[-1], "starts": iso_time(start, tz) if start else ""}
     return rows
 
 

@@ -12,6 +12,16 @@ store was lost, it creates a fresh runner store sealed with the cluster's contra
 leader (docs/voter-recovery.md). It refuses a data_dir that still holds a store (move the damaged
 one aside first), a single-voter config (there is no one to recover from) and an etcd-replicated
 one (etcd recovers its own members).
+
+``backup DATA_DIR --out FILE`` copies a runner store — of a running voter too — into a new file:
+one SQLite read transaction (the online backup API in a single step), so the copy is one
+consistent state (a checkpoint, the log after its compaction point, the hard state). It does not
+take the lock and changes nothing; the copy is verified (every checksum) before it is kept.
+``restore --config CONFIG.json --from FILE [--data-dir DIR]`` puts such a copy in place for a
+voter whose store is gone: it refuses a data_dir that still holds a store, a copy that fails
+the guard, or one sealed with another contract; in a cluster of 3 or more voters it marks the
+restored store *recovering* (the copy's vote is stale: the voter must not vote before it has
+caught up — by log or by snapshot — exactly as after ``recover``), docs/voter-recovery.md.
 """
 
 from __future__ import annotations
@@ -19,8 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import urllib.parse
 from datetime import UTC, datetime
 from pathlib import Path
+
+import apsw
 
 from appliance.config.contract import contract_digest, sealed_contract
 from appliance.config.replication import EtcdBackend
@@ -32,7 +45,7 @@ from appliance.store.errors import StoreError, StoreRefused
 from appliance.store.readonly import open_readonly
 from appliance.store.runner_store import META_RECOVERING_SINCE, RunnerStore
 from appliance.store.sqlite import DataDirLock
-from appliance.store.versions import BINARY_READER_VERSION, KIND_RUNNER
+from appliance.store.versions import BINARY_READER_VERSION, KIND_RUNNER, RUNNER_FILE_NAME
 from migrations_guard import StoreFacts, decide, inspect_store, locate_store
 
 EXIT_OK = 0
@@ -61,6 +74,17 @@ def register(groups: argparse._SubParsersAction) -> None:
         help="must be the config's data_dir (default); given, it guards against a wrong config",
     )
     recover.set_defaults(func=run_recover)
+    backup = tools.add_parser("backup", help="copy a (running) runner store to a file")
+    backup.add_argument("data_dir", metavar="DATA_DIR", type=Path)
+    backup.add_argument("--out", required=True, type=Path, help="a new file (never overwritten)")
+    backup.set_defaults(func=run_backup)
+    restore = tools.add_parser(
+        "restore", help="put a backup in place of a lost voter store (marked recovering)"
+    )
+    restore.add_argument("--config", required=True, type=Path, help="the voter's runner config")
+    restore.add_argument("--from", dest="source", required=True, type=Path, help="the backup")
+    restore.add_argument("--data-dir", type=Path, help="must be the config's data_dir")
+    restore.set_defaults(func=run_restore)
 
 
 def _facts(data_dir: Path) -> StoreFacts | None:
@@ -187,5 +211,112 @@ def run_recover(args: argparse.Namespace) -> int:
         "Start the voter now; it neither votes nor campaigns until it has caught up from the "
         "leader. Watch `appliance admin status` (or the cluster status route) until its "
         '"recovering" is false.'
+    )
+    return EXIT_OK
+
+
+def _copy_consistent(source: Path, target: Path) -> None:
+    """Copy the database ``source`` into the new file ``target`` in one read transaction."""
+    uri = "file:" + urllib.parse.quote(str(source.resolve())) + "?mode=ro"
+    src = apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+    try:
+        src.setbusytimeout(5_000)
+        dest = apsw.Connection(str(target))
+        try:
+            with dest.backup("main", src, "main") as copy:
+                copy.step(-1)  # every page at once: one consistent state
+            dest.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+        finally:
+            dest.close()
+    finally:
+        src.close()
+
+
+def run_backup(args: argparse.Namespace) -> int:
+    data_dir, out = Path(args.data_dir), Path(args.out)
+    source = data_dir / RUNNER_FILE_NAME
+    if not source.is_file():
+        print(f"appliance: {data_dir} holds no runner store", file=sys.stderr)
+        return EXIT_FAILURE
+    if out.exists():
+        print(f"appliance: {out} exists; a backup never overwrites a file", file=sys.stderr)
+        return EXIT_FAILURE
+    staging = out.with_name(out.name + ".partial")
+    staging.unlink(missing_ok=True)
+    try:
+        _copy_consistent(source, staging)
+        facts = inspect_store(staging)
+    except (apsw.Error, OSError) as exc:
+        staging.unlink(missing_ok=True)
+        print(f"appliance: backup of {source} failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    if facts.problems or facts.kind != KIND_RUNNER:
+        staging.unlink(missing_ok=True)
+        problems = "; ".join(facts.problems) or f"a {facts.kind} store"
+        print(f"appliance: the copy does not verify, not kept: {problems}", file=sys.stderr)
+        return EXIT_FAILURE
+    staging.rename(out)
+    summary = facts.summary
+    print(
+        f"wrote {out}: runner store, contract {facts.contract_digest}, checkpoint at applied "
+        f"index {summary['applied_index']}, log {summary['log_first_index']}.."
+        f"{summary['log_last_index']} (compacted up to {summary['snapshot_index']}), "
+        f"{out.stat().st_size} bytes, every checksum verified"
+    )
+    return EXIT_OK
+
+
+def run_restore(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_runner_config(args.config)
+    except InvalidConfig as exc:
+        for path, message in exc.problems:
+            print(f"appliance: config: {path}: {message}", file=sys.stderr)
+        return EXIT_FAILURE
+    data_dir = Path(cfg.data_dir)
+    if args.data_dir is not None and args.data_dir.resolve() != data_dir.resolve():
+        print(
+            f"appliance: --data-dir {args.data_dir} is not the config's data_dir {data_dir}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
+    if isinstance(cfg.replication, EtcdBackend):
+        print("appliance: an etcd-replicated runner keeps no log to restore", file=sys.stderr)
+        return EXIT_FAILURE
+    source = Path(args.source)
+    if not source.is_file():
+        print(f"appliance: {source} does not exist", file=sys.stderr)
+        return EXIT_FAILURE
+    digest = contract_digest(cfg)
+    facts = inspect_store(source)
+    decision = decide(
+        facts,
+        digest,
+        BINARY_READER_VERSION,
+        expected_kind=KIND_RUNNER,
+        expected_contract=sealed_contract(cfg),
+    )
+    if not decision.allowed:
+        print(f"appliance: cannot restore {source}: {decision.message}", file=sys.stderr)
+        return EXIT_FAILURE
+    recovering = len(cfg.voters) >= 3
+    created_at = format_utc(datetime.now(UTC))
+    try:
+        target = RunnerStore.place_restored(
+            data_dir, source, recovering_since=created_at if recovering else None
+        )
+    except StoreError as exc:
+        print(f"appliance: cannot restore: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    state = f"RECOVERING since {created_at}" if recovering else "a single voter's whole state"
+    print(
+        f"restored {target} from {source} (checkpoint at applied index "
+        f"{facts.summary['applied_index']}): {state}.\n"
+        + (
+            "Start the voter now; it neither votes nor campaigns until it has caught up from "
+            "the leader (by log, or by snapshot when the leader has compacted past it)."
+            if recovering
+            else "Everything committed after the backup was taken is lost."
+        )
     )
     return EXIT_OK

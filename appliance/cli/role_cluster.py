@@ -24,7 +24,12 @@ def run_init(args: argparse.Namespace) -> int:
     try:
         check_output_dir(out_dir)
         files = lay_out(
-            args.voters, args.base_port, out_dir, datetime.now(UTC), demo=not args.no_demo
+            args.voters,
+            args.base_port,
+            out_dir,
+            datetime.now(UTC),
+            demo=not args.no_demo,
+            tls=not args.no_tls,
         )
         written = write_cluster(files, out_dir)
     except (InvalidLayout, OutputNotEmpty) as err:
@@ -33,9 +38,10 @@ def run_init(args: argparse.Namespace) -> int:
     except OSError as err:
         print(f"appliance cluster init: cannot write {out_dir}: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"wrote a {len(files.plan.voters)}-voter loopback cluster into {out_dir}:")
+    kind = "TLS" if files.tls_files else "plain-HTTP"
+    print(f"wrote a {len(files.plan.voters)}-voter loopback {kind} cluster into {out_dir}:")
     for path in written:
-        print(f"  {path.name}")
+        print(f"  {path.relative_to(out_dir)}")
     print(f"next: read {out_dir / 'README.md'} (start commands), or docs/cluster.md")
     return EXIT_OK
 
@@ -70,5 +76,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     init.add_argument(
         "--no-demo", action="store_true", help="no initial demo schedule (it runs every minute)"
+    )
+    init.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="plain HTTP on loopback (default: a cluster CA, node certificates, mutual TLS "
+        "between voters and https to the worker and admission)",
     )
     init.set_defaults(func=run_init)

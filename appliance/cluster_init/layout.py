@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 
+from appliance.cluster_init import pki
 from appliance.config.loopback import (
     ENV_NAMES,
     LOOPBACK,
@@ -40,6 +41,7 @@ from appliance.config.loopback import (
     runner_document,
     worker_document,
 )
+from appliance.http.tls import voter_name
 
 VOTERS_ALLOWED: Final = (1, 3, 5, 7, 9)  # odd: an even count tolerates no more failures
 VOTERS_DEFAULT: Final = 3
@@ -47,6 +49,9 @@ PORT_SPAN: Final = 31  # the plan above uses base … base + 30
 BASE_PORT_MIN: Final = 1024  # unprivileged ports only: the cluster runs as a normal user
 BASE_PORT_MAX: Final = 65535 - (PORT_SPAN - 1)
 BASE_PORT_DEFAULT: Final = 7100
+TLS_DIR: Final = "tls"
+CA_CERT_FILE: Final = "ca.pem"
+CA_KEY_FILE: Final = "ca.key"  # only for issuing certificates: no running process reads it
 NAMESPACE: Final = "cluster"
 WORKER_ID: Final = "worker-1"
 SESSION: Final = "cluster-init"
@@ -90,6 +95,8 @@ class ClusterFiles:
     worker_config: dict[str, Any]
     credentials: dict[str, str]  # variable name → value
     plan: PortPlan
+    # TLS material under TLS_DIR: file name → (PEM bytes, mode); empty for --no-tls.
+    tls_files: dict[str, tuple[bytes, int]] = field(default_factory=dict)
 
 
 def plan_ports(voters: int, base_port: int) -> PortPlan:
@@ -146,6 +153,35 @@ def worker_config(plan: PortPlan, data_root: Path) -> dict[str, Any]:
     )
 
 
+def _https(url: str) -> str:
+    return "https://" + url.removeprefix("http://")
+
+
+def tls_material(plan: PortPlan) -> dict[str, tuple[bytes, int]]:
+    """A cluster CA and a certificate for every voter and the worker (appliance.cluster_init.
+    pki): every certificate names localhost and 127.0.0.1; a voter's also its identity."""
+    authority = pki.new_authority("appliance cluster CA")
+    files: dict[str, tuple[bytes, int]] = {
+        CA_CERT_FILE: (authority.cert_pem(), pki.CERT_MODE),
+        CA_KEY_FILE: (authority.key_pem(), pki.KEY_MODE),
+    }
+    nodes = [(v.node_id, ["localhost", voter_name(v.node_id)]) for v in plan.voters]
+    nodes.append((WORKER_ID, ["localhost"]))
+    for name, dns in nodes:
+        issued = pki.issue(authority, name, dns_names=dns, ip_addresses=[LOOPBACK])
+        files[f"{name}.pem"] = (issued.cert_pem(), pki.CERT_MODE)
+        files[f"{name}.key"] = (issued.key_pem(), pki.KEY_MODE)
+    return files
+
+
+def tls_section(tls_dir: Path, name: str) -> dict[str, Any]:
+    return {
+        "ca_file": str(tls_dir / CA_CERT_FILE),
+        "cert_file": str(tls_dir / f"{name}.pem"),
+        "key_file": str(tls_dir / f"{name}.key"),
+    }
+
+
 def lay_out(
     voters: int,
     base_port: int,
@@ -153,9 +189,14 @@ def lay_out(
     now: datetime,
     *,
     demo: bool = True,
+    tls: bool = False,
     token: Callable[[int], str] = secrets.token_urlsafe,
 ) -> ClusterFiles:
-    """Every config and credential of a loopback cluster rooted at ``out_dir`` (absolute)."""
+    """Every config and credential of a loopback cluster rooted at ``out_dir`` (absolute).
+
+    ``tls``: a cluster CA and node certificates under ``out_dir/tls``, wired into every config
+    (mutual TLS between voters, https for the worker and admission); ``cluster init`` asks for it
+    unless ``--no-tls``."""
     plan = plan_ports(voters, base_port)
     remote = remote_section(
         plan.worker_port,
@@ -164,13 +205,26 @@ def lay_out(
         namespace=NAMESPACE,
         worker_id=WORKER_ID,
     )
+    if tls:
+        remote = {**remote, "url": _https(remote["url"])}
     data_root = out_dir / "data"
+    runner_configs = {
+        f"{voter.node_id}.json": runner_config(voter, plan, data_root, remote, demo)
+        for voter in plan.voters
+    }
+    worker = worker_config(plan, data_root)
+    tls_files: dict[str, tuple[bytes, int]] = {}
+    if tls:
+        tls_dir = out_dir / TLS_DIR
+        tls_files = tls_material(plan)
+        for voter in plan.voters:
+            runner_configs[f"{voter.node_id}.json"]["tls"] = tls_section(tls_dir, voter.node_id)
+        worker["tls"] = tls_section(tls_dir, WORKER_ID)
+        worker["admission_urls"] = [_https(url) for url in worker["admission_urls"]]
     return ClusterFiles(
-        runner_configs={
-            f"{voter.node_id}.json": runner_config(voter, plan, data_root, remote, demo)
-            for voter in plan.voters
-        },
-        worker_config=worker_config(plan, data_root),
+        runner_configs=runner_configs,
+        worker_config=worker,
         credentials=fresh_credentials(token),
         plan=plan,
+        tls_files=tls_files,
     )

@@ -40,6 +40,15 @@ def render_readme(files: ClusterFiles, out_dir: Path, program: str | None = None
         if some_voter["schedules"]
         else f"No schedule was written: create one with `{app} admin create FILE`."
     )
+    tls = (
+        "## TLS\n\n"
+        f"`{out_dir / 'tls'}` (mode 0700) holds the cluster CA (`ca.pem`, `ca.key`) and a "
+        "certificate and key (0600) per process. The voters speak mutual TLS to each other; the "
+        "worker and admission are `https://`. No process reads `ca.key`: keep it for issuing "
+        "new certificates (docs/security.md, rotating certificates).\n\n"
+        if files.tls_files
+        else "## TLS\n\nWritten with `--no-tls`: every link is plain HTTP on loopback.\n\n"
+    )
     variables = "\n".join(f"- `{name}`" for name in ENV_NAMES.values())
     voters = "\n".join(
         f"| {v.node_id} | `{v.node_id}.json` | {v.cluster_port} | {v.admission_port} "
@@ -74,7 +83,7 @@ cluster, worker, operator, recovery):
 The configs only name these variables. Keep the file private; anyone who reads it can operate
 the cluster. Every process below needs it in its environment: `. ./{ENV_FILE}` exports them.
 
-## Check
+{tls}## Check
 
     cd {here} && . ./{ENV_FILE}
 {checks}

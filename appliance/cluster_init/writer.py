@@ -3,7 +3,8 @@
 The directory must be absent or empty: a second ``cluster init`` into the same place would
 replace credentials that running processes and existing stores still use. The env file is
 created with mode 0600 in the ``open`` call itself (``O_EXCL``), so there is no moment at which
-the secrets are readable by others; configs name variables only and stay world-readable.
+the secrets are readable by others; configs name variables only and stay world-readable. TLS
+material goes into ``tls/`` (0700): private keys 0600 from creation, certificates 0644.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from appliance.cluster_init.layout import ClusterFiles
+from appliance.cluster_init import pki
+from appliance.cluster_init.layout import TLS_DIR, ClusterFiles
 from appliance.cluster_init.readme import ENV_FILE, WORKER_FILE, render_readme
 
 README_FILE = "README.md"
 ENV_FILE_MODE = 0o600
 CONFIG_FILE_MODE = 0o644
+TLS_DIR_MODE = 0o700  # private keys inside (each 0600 as well)
 
 
 class OutputNotEmpty(Exception):
@@ -72,5 +75,13 @@ def write_cluster(files: ClusterFiles, out_dir: Path) -> list[Path]:
     for name, document in files.runner_configs.items():
         put(name, _json_text(document), CONFIG_FILE_MODE)
     put(WORKER_FILE, _json_text(files.worker_config), CONFIG_FILE_MODE)
+    if files.tls_files:
+        tls_dir = out_dir / TLS_DIR
+        tls_dir.mkdir(mode=TLS_DIR_MODE)
+        os.chmod(tls_dir, TLS_DIR_MODE)
+        for name, (data, mode) in files.tls_files.items():
+            write = pki.write_private if mode == pki.KEY_MODE else pki.write_public
+            write(tls_dir / name, data)
+            written.append(tls_dir / name)
     put(README_FILE, render_readme(files, out_dir), CONFIG_FILE_MODE)
     return written

@@ -50,6 +50,7 @@ from appliance.config.replication import (
     check_peers,
 )
 from appliance.config.rfc3339 import rfc3339_rule
+from appliance.config.tls import TLS_RULE, TlsConfig, boolean_rule
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
 from appliance.core.errors import InvalidConfig
@@ -108,15 +109,26 @@ class ManagementConfig:
     addr: HostPort
     bearer_env: str
     recovery_bearer_env: str | None = None
+    tls: bool = False  # serve it over TLS with this voter's `tls` certificate
+
+
+# Log compaction defaults (docs/raft.md, "Snapshots and log compaction"): etcd's 10,000 applied
+# entries per snapshot and 5,000 kept for slow followers; a byte trigger for large entries.
+SNAPSHOT_ENTRIES_DEFAULT: Final = 10_000
+TRAILING_ENTRIES_DEFAULT: Final = 5_000
+SNAPSHOT_BYTES_DEFAULT: Final = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class RaftTimings:
-    """Extension: per-node Raft timer settings (not sealed; voters may differ)."""
+    """Extension: per-node Raft timer and compaction settings (not sealed; voters may differ)."""
 
     heartbeat_ms: int = 100
     election_timeout_min_ms: int = 1000
     election_timeout_max_ms: int = 2000
+    snapshot_entries: int = SNAPSHOT_ENTRIES_DEFAULT
+    trailing_entries: int = TRAILING_ENTRIES_DEFAULT
+    snapshot_bytes: int = SNAPSHOT_BYTES_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -135,6 +147,7 @@ class RunnerConfig:
     management: ManagementConfig | None = None
     raft: RaftTimings = field(default_factory=RaftTimings)
     replication: RaftBackend | EtcdBackend = RAFT
+    tls: TlsConfig | None = None  # per node, not sealed (appliance/config/tls.py)
 
     @property
     def own_addr(self) -> HostPort:
@@ -217,9 +230,19 @@ def _management_rule() -> Obj:
             "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
             "bearer_env": Field(ENV_NAME),
             "recovery_bearer_env": Field(ENV_NAME, required=False, default=None),
+            "tls": Field(Custom(boolean_rule), required=False, default=False),
         },
         build=ManagementConfig,
     )
+
+
+def _check_management_tls(values: Any, path: str, problems: Problems) -> None:
+    management = values["management"]
+    if management is not None and management.tls and values["tls"] is None:
+        problems.add(
+            join(join(path, "management"), "tls"),
+            "needs a tls section (the listener serves this voter's certificate)",
+        )
 
 
 def _check_raft(values: Any, path: str, problems: Problems) -> None:
@@ -237,6 +260,15 @@ RAFT_RULE: Final = Obj(
         "heartbeat_ms": Field(Integer(10, 5_000), required=False, default=100),
         "election_timeout_min_ms": Field(Integer(50, 60_000), required=False, default=1000),
         "election_timeout_max_ms": Field(Integer(50, 60_000), required=False, default=2000),
+        "snapshot_entries": Field(
+            Integer(1, 10_000_000), required=False, default=SNAPSHOT_ENTRIES_DEFAULT
+        ),
+        "trailing_entries": Field(
+            Integer(0, 10_000_000), required=False, default=TRAILING_ENTRIES_DEFAULT
+        ),
+        "snapshot_bytes": Field(
+            Integer(1024 * 1024, 1024**4), required=False, default=SNAPSHOT_BYTES_DEFAULT
+        ),
     },
     build=RaftTimings,
     checks=(
@@ -276,11 +308,13 @@ RUNNER_RULE: Final = Obj(
         "management": Field(_management_rule(), required=False, default=None),
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
         "replication": Field(REPLICATION, required=False, default=RAFT),
+        "tls": Field(TLS_RULE, required=False, default=None),
     },
     build=RunnerConfig,
     checks=(
         CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
         CrossCheck(("replication", "peers"), check_peers),
+        CrossCheck(("management", "tls"), _check_management_tls),
     ),
 )
 

@@ -27,6 +27,7 @@ from appliance.config.common import (
     decode_json,
     read_json_file,
 )
+from appliance.config.tls import TLS_RULE, TlsConfig
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.errors import InvalidConfig
 from appliance.core.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
@@ -66,6 +67,7 @@ class WorkerConfig:
     listen_addr: HostPort
     engine: EngineSettings = field(default_factory=EngineSettings)
     metrics_addr: HostPort | None = None
+    tls: TlsConfig | None = None  # per node (appliance/config/tls.py)
 
 
 ENGINE_RULE: Final = Obj(
@@ -99,6 +101,7 @@ WORKER_RULE: Final = Obj(
         "listen_addr": Field(Custom(listen_addr_rule), doc="scheduled routes listener"),
         "engine": Field(ENGINE_RULE, required=False, default=EngineSettings()),
         "metrics_addr": Field(Custom(loopback_addr_rule), required=False, default=None),
+        "tls": Field(TLS_RULE, required=False, default=None),
     },
     build=WorkerConfig,
 )

@@ -50,6 +50,7 @@ from appliance.core.binding import (
 )
 from appliance.core.commands import Claim
 from appliance.core.definition import Definition
+from appliance.core.live_code import code_for, digest_for
 from appliance.core.occurrence import REASON_BYTES_MAX, Event, Occurrence, bound_text, transition
 from appliance.core.policy_apply import FENCE_GUARDS, _claim
 from appliance.core.runner_errors import (
@@ -205,8 +206,11 @@ def _claim_occurrence(txn: Txn, cmd: ClaimOccurrence) -> Occurrence:
         definition = schedule.definition
         if b.schedule_name != definition.name:
             raise BindingMismatch("binding.schedule_name: not the schedule's name")
-        if b.payload_sha256 != payload_sha256(definition.code):
-            raise BindingMismatch("binding.payload_sha256: not the SHA-256 of the schedule's code")
+        # The code the occurrence was created with (an update keeps it: live_code.py).
+        if b.payload_sha256 != digest_for(schedule, record.id):
+            raise BindingMismatch(
+                "binding.payload_sha256: not the SHA-256 of the occurrence's code"
+            )
     if not due_time_matches(b.due_time, record.due_s):
         raise BindingMismatch(
             f"binding.due_time: the occurrence is due {instant_text(record.due_s)}"
@@ -360,6 +364,7 @@ def binding_for(
     return claim_binding(
         record,
         schedule.definition,
+        code=code_for(schedule, record.id),
         owner=ownership.node,
         epoch=ownership.epoch,
         namespace=namespace,
@@ -372,13 +377,15 @@ def claim_binding(
     record: Occurrence,
     definition: Definition,
     *,
+    code: str | None = None,
     owner: str,
     epoch: int,
     namespace: str,
     worker_id: str,
     authority: Authority,
 ) -> Binding:
-    """The binding of ``record``'s current attempt: its committed fields plus the owner's."""
+    """The binding of ``record``'s current attempt: its committed fields plus the owner's;
+    ``code`` is the occurrence's code when an update replaced the definition's."""
     return Binding(
         namespace=namespace,
         schedule_id=record.schedule_id,
@@ -388,7 +395,7 @@ def claim_binding(
         owner=owner,
         epoch=epoch,
         worker_id=worker_id,
-        payload_sha256=payload_sha256(definition.code),
+        payload_sha256=payload_sha256(definition.code if code is None else code),
         due_time=instant_text(record.due_s),
         authority=authority,
     )

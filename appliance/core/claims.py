@@ -17,6 +17,7 @@ import enum
 
 from appliance.core.definition import OverlapPolicy
 from appliance.core.state_model import SchedulerState
+from appliance.core.state_parts import PAUSED_PART
 
 
 class ClaimBlock(enum.Enum):
@@ -47,6 +48,8 @@ def claimable(st: SchedulerState) -> list[tuple[int, int]]:
     """(occurrence id, attempt) of every record that may start now, in schedule order, taking
     each planned claim's reservation into account (the owner proposes them together)."""
     out: list[tuple[int, int]] = []
+    if PAUSED_PART in st.extra:
+        return out  # paused (appliance/core/pause.py): nothing starts
     running = st.counts().running
     for sid, schedule in st.schedules.items():
         pending = st.pending_ids(sid)

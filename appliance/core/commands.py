@@ -40,6 +40,9 @@ class ObservedSchedule:
     cursor_s: int
     slots_s: tuple[int, ...]
     missed: int
+    # Each slot's jittered instant, in step with ``slots_s``; empty when the schedule has no
+    # jitter (and then not on the wire, so an un-jittered Observe encodes as it always did).
+    not_before_s: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ CRON_BYTES_MAX: Final = 256
 TIMEZONE_BYTES_MAX: Final = 128
 MAX_RETRIES_MAX: Final = 100
 DELAY_SECONDS_MAX: Final = 86_400
+JITTER_SECONDS_MAX: Final = 3_600
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class Policy:
     missed: MissedPolicy
     overlap: OverlapPolicy
     retry: RetryPolicy
+    # Each slot waits a deterministic delay in [0, jitter_seconds] (appliance/core/jitter.py).
+    # Omitted from the JSON when 0, so the definitions (and digests) of before it are unchanged.
+    jitter_seconds: int = 0
 
 
 @dataclass(frozen=True)
@@ -216,6 +220,12 @@ def definition_rule(limits: Limits) -> Obj:
                 default=DEFAULT_POLICY.overlap,
             ),
             "retry": Field(_retry_rule(), required=False, default=DEFAULT_POLICY.retry),
+            "jitter_seconds": Field(
+                Integer(0, JITTER_SECONDS_MAX),
+                required=False,
+                default=0,
+                doc="a delay in [0, N] s derived from SHA-256 of (schedule id, slot)",
+            ),
         },
         build=Policy,
     )
@@ -266,4 +276,6 @@ def definition_to_json(d: Definition) -> dict[str, Any]:
             },
         },
     )
+    if d.policy.jitter_seconds:
+        out["policy"]["jitter_seconds"] = d.policy.jitter_seconds
     return out

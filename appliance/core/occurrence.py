@@ -85,6 +85,7 @@ class Event(enum.Enum):
     CANCEL_CONFIRMED = "cancel_confirmed"
     RETRY = "retry"
     RETRY_DUE = "retry_due"
+    JITTER_DUE = "jitter_due"  # a new record's jittered instant came (appliance/core/jitter.py)
     FENCED_NOT_LAUNCHED = "fenced_not_launched"
     ACKNOWLEDGE_STOPPED = "acknowledge_stopped"
     SCHEDULE_DELETED = "schedule_deleted"
@@ -105,6 +106,7 @@ TRANSITIONS: dict[tuple[OccurrenceState, Event], OccurrenceState] = {
     (S.PENDING, E.CLAIM): S.RUNNING,
     (S.PENDING, E.CANCEL): S.CANCELLED,
     (S.PENDING, E.RETRY_DUE): S.PENDING,
+    (S.PENDING, E.JITTER_DUE): S.PENDING,
     (S.PENDING, E.SCHEDULE_DELETED): S.CANCELLED,
     # Running: claimed; the attempt may be admitted and submitted.
     (S.RUNNING, E.COMPLETED): S.SUCCEEDED,
@@ -201,12 +203,28 @@ def bound_text(text: str, bytes_max: int) -> str:
     return text
 
 
-def new_occurrence(occurrence_id: int, schedule_id: int, due_s: int, at_s: int) -> Occurrence:
+# Why a record exists, in its creation timeline entry: a selected slot, or an operator command.
+CREATED_BY = frozenset({E.CREATED.value, "run_now", "backfill"})
+_CREATED = E.CREATED.value
+
+
+def new_occurrence(
+    occurrence_id: int,
+    schedule_id: int,
+    due_s: int,
+    at_s: int,
+    not_before_s: int | None = None,
+    created_by: str = _CREATED,
+) -> Occurrence:
+    """A Pending record; ``not_before_s`` makes it wait (jitter) like a retry-waiting one."""
+    if created_by is not _CREATED and created_by not in CREATED_BY:
+        raise CoreError(f"invariant: {created_by!r} is not a creation reason")
     return Occurrence(
         id=occurrence_id,
         schedule_id=schedule_id,
         due_s=due_s,
-        timeline=(TimelineEntry(S.PENDING, at_s, 1, E.CREATED.value),),
+        not_before_s=not_before_s,
+        timeline=(TimelineEntry(S.PENDING, at_s, 1, created_by),),
     )
 
 
@@ -253,7 +271,7 @@ def transition(
             not_before_s = at_s + retry_delay_seconds if retry_delay_seconds > 0 else None
         else:
             not_before_s = None
-    elif event is E.RETRY_DUE:
+    elif event in (E.RETRY_DUE, E.JITTER_DUE):
         not_before_s = None
     if event in FAILURE_EVENTS:
         failure_reason = bound_text(reason or event.value, REASON_BYTES_MAX)
@@ -369,3 +387,5 @@ def _worst_case_record() -> Occurrence:
 # The largest canonical JSON any record can reach: every field is bounded above. The checkpoint
 # reserves this much for each non-terminal record so its completion always fits (SPEC §3).
 RECORD_BYTES_MAX = len(encode_occurrence(_worst_case_record()))
+if max(map(len, CREATED_BY)) > max(len(e.value) for e in Event):
+    raise CoreError("invariant: a creation reason is longer than every event name")

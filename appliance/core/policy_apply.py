@@ -22,6 +22,7 @@ from appliance.core.commands import (
     RetryDue,
 )
 from appliance.core.definition import (
+    JITTER_SECONDS_MAX,
     Definition,
     MissedCatchUp,
     OverlapPolicy,
@@ -43,6 +44,7 @@ from appliance.core.state_errors import (
 )
 from appliance.core.state_parts import (
     DROP_REASONS,
+    PAUSED_PART,
     RECENT_DROPS_MAX,
     DropEvent,
     DropReason,
@@ -53,14 +55,24 @@ from appliance.core.state_parts import (
 from appliance.core.txn import Txn, _check_id, _check_instant, register
 
 
+def check_definition_limits(txn: Txn, definition: Definition) -> None:
+    """What a parsed definition must satisfy against the replicated limits, at apply time."""
+    missed = definition.policy.missed
+    if isinstance(missed, MissedCatchUp) and not 1 <= missed.cap <= txn.limits.outstanding:
+        raise InvalidCommand("definition.policy.missed.CatchUp.cap: must be in [1, outstanding]")
+    jitter_s = definition.policy.jitter_seconds
+    if type(jitter_s) is not int or not 0 <= jitter_s <= JITTER_SECONDS_MAX:
+        raise InvalidCommand(
+            f"definition.policy.jitter_seconds: must be an integer in [0, {JITTER_SECONDS_MAX}]"
+        )
+
+
 @register(CreateSchedule, grows=True)
 def _create_schedule(txn: Txn, cmd: CreateSchedule) -> int:
     _check_instant("at_s", cmd.at_s)
     if not isinstance(cmd.definition, Definition):
         raise InvalidCommand("definition: must be a parsed Definition")
-    missed = cmd.definition.policy.missed
-    if isinstance(missed, MissedCatchUp) and not 1 <= missed.cap <= txn.limits.outstanding:
-        raise InvalidCommand("definition.policy.missed.CatchUp.cap: must be in [1, outstanding]")
+    check_definition_limits(txn, cmd.definition)
     if txn.schedule_count >= txn.limits.schedules:
         raise ScheduleLimitReached(f"schedules: limit of {txn.limits.schedules} schedules reached")
     schedule_id = txn.next_schedule_id
@@ -117,6 +129,15 @@ def _validate_entry(entry: ObservedSchedule, seen: set[int]) -> None:
         if not previous < slot <= entry.cursor_s:
             raise InvalidCommand("slots_s: must increase strictly within (base_cursor_s, cursor_s]")
         previous = slot
+    if entry.not_before_s:
+        if len(entry.not_before_s) != len(entry.slots_s):
+            raise InvalidCommand("not_before_s: must have one instant per slot")
+        for slot, not_before in zip(entry.slots_s, entry.not_before_s, strict=True):
+            _check_instant("not_before_s", not_before)
+            if not slot <= not_before <= slot + JITTER_SECONDS_MAX:
+                raise InvalidCommand(
+                    f"not_before_s: must be in [slot, slot + {JITTER_SECONDS_MAX}] for each slot"
+                )
 
 
 def _admit_slot(txn: Txn, record: Occurrence, skip_overlap: bool) -> DropReason | None:
@@ -146,6 +167,10 @@ def _observe(txn: Txn, cmd: Observe) -> ObserveReport:
     for entry in cmd.entries:
         _validate_entry(entry, seen)
     at_s = cmd.at_s
+    if txn.extra(PAUSED_PART) is not None:
+        # Paused: nothing is selected and no cursor moves; resume decides about the span.
+        ignored = tuple((entry.schedule_id, "paused") for entry in cmd.entries)
+        return ObserveReport((), (), ignored, ())
     created: list[tuple[int, int, int]] = []
     dropped: list[tuple[int, DropReason, int]] = []
     ignored: list[tuple[int, str]] = []
@@ -170,11 +195,17 @@ def _observe(txn: Txn, cmd: Observe) -> ObserveReport:
         missed = entry.missed if entry.base_cursor_s == cursor_s else 0
         overlap = capacity = 0
         skip_overlap = schedule.definition.policy.overlap is OverlapPolicy.SKIP
-        for slot in entry.slots_s:
+        waits = entry.not_before_s
+        jitter_s = schedule.definition.policy.jitter_seconds if waits else 0
+        for index, slot in enumerate(entry.slots_s):
             if slot <= cursor_s:
                 continue  # consumed already: a slot is never armed twice
+            # A plan made before an update lowered the jitter waits at most the new jitter.
+            not_before = min(waits[index], slot + jitter_s) if waits else None
+            # A jittered record waits (like a retry) until its instant, unless it has passed.
+            wait_s = not_before if not_before is not None and not_before > at_s else None
             occurrence_id = txn.next_occurrence_id
-            record = new_occurrence(occurrence_id, schedule_id, slot, at_s)
+            record = new_occurrence(occurrence_id, schedule_id, slot, at_s, wait_s)
             reason = _admit_slot(txn, record, skip_overlap)
             if reason is DropReason.OVERLAP:
                 overlap += 1
@@ -205,6 +236,8 @@ def _claim(txn: Txn, cmd: Claim) -> Occurrence:
     _check_instant("at_s", cmd.at_s)
     record = txn.require_occurrence(cmd.occurrence_id, cmd.attempt)
     if record.state is S.PENDING:
+        if txn.extra(PAUSED_PART) is not None:
+            raise ClaimRefused(f"occurrence {record.id}: scheduling is paused (resume first)")
         schedule = txn.schedule(record.schedule_id)
         # The committed Pending ids; empty only for a record created in this very apply
         # (ObserveAndClaim claims one only when it is its schedule's sole live record).
@@ -287,7 +320,9 @@ def _retry_due(txn: Txn, cmd: RetryDue) -> tuple[int, ...]:
     for oid in txn.state.retry_waiting_ids():
         record = txn.require_occurrence(oid)
         if record.not_before_s is not None and record.not_before_s <= cmd.at_s:
-            txn.put_occurrence(transition(record, Event.RETRY_DUE, cmd.at_s))
+            # A retry has spent one; a record that never ran waited for its jittered instant.
+            event = Event.RETRY_DUE if record.retries_used else Event.JITTER_DUE
+            txn.put_occurrence(transition(record, event, cmd.at_s))
             ready.append(oid)
     return tuple(ready)
 

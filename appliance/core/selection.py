@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple, Protocol
 
 from appliance.core.definition import MissedCatchUp, MissedPolicy, MissedRunOnce, MissedSkip
+from appliance.core.jitter import jittered_instant_s
 from appliance.core.limits import Limits
 from appliance.core.state import Observe, ObservedSchedule, SchedulerState
 
@@ -151,6 +152,17 @@ def select(
     return Selection(slots, missed, now_s, None)
 
 
+def jittered_slots_s(
+    schedule_id: int, compiled: CompiledSchedule, slots_s: tuple[int, ...], jitter_seconds: int
+) -> tuple[int, ...]:
+    """Each slot's jittered instant (``appliance/core/jitter.py``): one calendar step per slot,
+    for the next slot the delay must stay before; only jittered schedules pay it."""
+    return tuple(
+        jittered_instant_s(schedule_id, slot, jitter_seconds, next_after_s(compiled, slot))
+        for slot in slots_s
+    )
+
+
 # ---- the owner's plan --------------------------------------------------------------------------
 
 
@@ -203,9 +215,15 @@ def plan_with_hints(
             memo,
         )
         if chosen.slots_s or chosen.missed:
+            jitter_s = schedule.definition.policy.jitter_seconds
+            waits = (
+                jittered_slots_s(schedule_id, compiled[schedule_id], chosen.slots_s, jitter_s)
+                if jitter_s and chosen.slots_s
+                else ()
+            )
             entries.append(
                 ObservedSchedule(
-                    schedule_id, cursor_s, chosen.cursor_s, chosen.slots_s, chosen.missed
+                    schedule_id, cursor_s, chosen.cursor_s, chosen.slots_s, chosen.missed, waits
                 )
             )
             cursors[schedule_id] = chosen.cursor_s

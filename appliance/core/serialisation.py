@@ -76,6 +76,7 @@ def from_json(data: bytes) -> SchedulerState:
             if kind == "schedule":
                 schedule = _schedule_from_json(value)
                 state.schedules[schedule.id] = schedule
+                state.note_schedule(schedule.id, schedule)
                 data_part = canonical_json(_schedule_json(schedule))
                 state._write_part(name, data_part, _schedule_budget(len(data_part), schedule))
             elif kind == "progress":
@@ -170,6 +171,23 @@ def register_command_type(
         _FIELD_CODECS[(command_type, field)] = codec
 
 
+def _entry_to_json(e: ObservedSchedule) -> list[Any]:
+    out = [e.schedule_id, e.base_cursor_s, e.cursor_s, list(e.slots_s), e.missed]
+    if e.not_before_s:  # only a jittered schedule's entry has the sixth element
+        out.append(list(e.not_before_s))
+    return out
+
+
+def _entry_from_json(value: list[Any]) -> ObservedSchedule:
+    if len(value) == 6:
+        sid, base, cursor, slots, missed, not_before = value
+        if not not_before:
+            raise InvalidCommand("entries: an empty not_before list is written as no element")
+        return ObservedSchedule(sid, base, cursor, tuple(slots), missed, tuple(not_before))
+    sid, base, cursor, slots, missed = value
+    return ObservedSchedule(sid, base, cursor, tuple(slots), missed)
+
+
 def command_to_json(command: Any) -> dict[str, Any]:
     kind = type(command)
     out: dict[str, Any] = {"command": kind.__name__}
@@ -181,10 +199,7 @@ def command_to_json(command: Any) -> dict[str, Any]:
         elif isinstance(value, Definition):
             value = definition_to_json(value)
         elif f.name == "entries":
-            value = [
-                [e.schedule_id, e.base_cursor_s, e.cursor_s, list(e.slots_s), e.missed]
-                for e in value
-            ]
+            value = [_entry_to_json(e) for e in value]
         out[f.name] = value
     return out
 
@@ -200,10 +215,7 @@ def command_from_json(value: dict[str, Any]) -> Any:
         if kind is CreateSchedule:
             args["definition"] = definition_from_checkpoint(args["definition"])
         if kind is Observe:
-            args["entries"] = tuple(
-                ObservedSchedule(sid, base, cursor, tuple(slots), missed)
-                for sid, base, cursor, slots, missed in args["entries"]
-            )
+            args["entries"] = tuple(_entry_from_json(e) for e in args["entries"])
         return kind(**args)
     except InvalidCommand:
         raise

@@ -44,3 +44,11 @@ class RetryNotDue(CoreError):
 
 class CorruptState(CoreError):
     """A serialized state that does not decode to exactly itself."""
+
+
+class Paused(CoreError):
+    """Scheduling is paused (``pause``): the command would create or start work."""
+
+
+class OutstandingLimitReached(CoreError):
+    """An operator command's occurrences would exceed ``limits.outstanding`` (or ``records``)."""

@@ -10,7 +10,7 @@ import heapq
 from collections import Counter
 from typing import Any
 
-from appliance.core.canonical import canonical_json
+from appliance.core.canonical import canonical_json, sha256_hex
 from appliance.core.limits import Limits
 from appliance.core.occurrence import (
     INT_MAX,
@@ -27,6 +27,11 @@ from appliance.core.state_parts import (
     _progress_json,
     _schedule_json,
 )
+
+
+def payload_digest(code: str) -> str:
+    return sha256_hex(code.encode("utf-8"))
+
 
 # ---- the aggregate -----------------------------------------------------------------------------
 
@@ -98,6 +103,9 @@ class SchedulerState:
         # Parts added by extension commands (the runner's ownership, claims, permits): decoded
         # JSON values by part name, kinds registered with ``register_part_kind``.
         self.extra: dict[str, Any] = {}
+        # Derived (never serialized): schedules whose part an older binary cannot read (jitter,
+        # kept code, a change history); kept by ``note_schedule`` on every schedule write.
+        self.extended_schedules: set[int] = set()
         self.next_schedule_id = 1
         self.next_occurrence_id = 1
         self._parts: dict[str, bytes] = {}
@@ -108,6 +116,15 @@ class SchedulerState:
         self._meta_budget = len(canonical_json(_meta_json(limits, INT_MAX, INT_MAX)))
         meta = canonical_json(_meta_json(limits, 1, 1))
         self._write_part("meta", meta, self._meta_budget)
+
+    def note_schedule(self, schedule_id: int, schedule: Schedule | None) -> None:
+        extended = schedule is not None and bool(
+            schedule.kept or schedule.changes or schedule.definition.policy.jitter_seconds
+        )
+        if extended:
+            self.extended_schedules.add(schedule_id)
+        else:
+            self.extended_schedules.discard(schedule_id)
 
     # -- parts and sizes --
 
@@ -188,16 +205,21 @@ def list_view(state: SchedulerState) -> dict[str, Any]:
     for sid in sorted(state.schedules):
         s = state.schedules[sid]
         p = state.progress[sid]
+        view = _schedule_json(s)
+        if "kept" in view:  # the operator sees which code a live record runs, not the code
+            view["kept"] = [[k.until_id, payload_digest(k.code)] for k in s.kept]
         schedules.append(
             {
-                **_schedule_json(s),
+                **view,
                 **_progress_json(p),
                 "counts": state.schedule_counts(sid),
             }
         )
     occurrences = [occurrence_to_json(state.occurrences[i]) for i in sorted(state.occurrences)]
     counts = state.counts()
+    paused = state.extra.get("paused")  # appliance/core/pause.py
     return {
+        **({"paused": paused} if paused is not None else {}),
         "schedules": schedules,
         "occurrences": occurrences,
         "counts": {

@@ -38,6 +38,9 @@ SCHEMA_VERSION = 2
 HEADROOM_BYTES = 64 * 1024
 RECENT_DROPS_MAX = 8
 GROWTH_BYTES_MAX = CHECKPOINT_BYTES_MAX - HEADROOM_BYTES
+# The cluster-wide maintenance switch (appliance/core/pause.py registers the kind): while this
+# singleton part exists nothing is selected and nothing is claimed.
+PAUSED_PART = "paused"
 
 # Charging rules (see state.py): 1 charges every live record the maximum of any record; 2 charges
 # it the most it can still reach from its fixed fields. The ``charging`` part names rules 2; a
@@ -63,12 +66,32 @@ DROP_REASONS = tuple(DropReason)
 _DROP_NAMES = {reason: reason.value for reason in DropReason}
 
 
+class KeptCode(NamedTuple):
+    """The code an update replaced, kept for the live occurrences created with it: records of the
+    schedule with an id below ``until_id`` (and not below the previous entry's) run this code."""
+
+    until_id: int
+    code: str
+
+
+class Change(NamedTuple):
+    """One committed ``update`` of a schedule: when, which fields, the code digest after it."""
+
+    at_s: int
+    fields: tuple[str, ...]
+    payload_sha256: str
+
+
 @dataclass(frozen=True)
 class Schedule:
     id: int
     definition: Definition
     enabled: bool
     created_at_s: int
+    # Both empty unless the schedule was updated (then omitted from the JSON, so a schedule part
+    # of before the update commands encodes byte for byte as it did).
+    kept: tuple[KeptCode, ...] = ()
+    changes: tuple[Change, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -107,12 +130,17 @@ def _frame(name: str) -> int:
 
 
 def _schedule_json(s: Schedule) -> dict:
-    return {
+    out: dict[str, Any] = {
         "id": s.id,
         "definition": definition_to_json(s.definition),
         "enabled": s.enabled,
         "created_at": s.created_at_s,
     }
+    if s.kept:
+        out["kept"] = [[k.until_id, k.code] for k in s.kept]
+    if s.changes:
+        out["changes"] = [[c.at_s, list(c.fields), c.payload_sha256] for c in s.changes]
+    return out
 
 
 def _missed_from_json(value: Any) -> MissedPolicy:
@@ -141,6 +169,7 @@ def definition_from_checkpoint(value: dict) -> Definition:
                 max_retries=policy["retry"]["max_retries"],
                 delay_seconds=policy["retry"]["delay_seconds"],
             ),
+            jitter_seconds=policy.get("jitter_seconds", 0),
         ),
         name=value.get("name"),
     )
@@ -152,6 +181,10 @@ def _schedule_from_json(value: dict) -> Schedule:
         definition=definition_from_checkpoint(value["definition"]),
         enabled=value["enabled"],
         created_at_s=value["created_at"],
+        kept=tuple(KeptCode(until, code) for until, code in value.get("kept", ())),
+        changes=tuple(
+            Change(at, tuple(fields), digest) for at, fields, digest in value.get("changes", ())
+        ),
     )
 
 

@@ -357,6 +357,8 @@ class Txn:
     # -- commit --
 
     def commit(self, value: Any, grows: bool) -> Applied:
+        for hook in _BEFORE_COMMIT:
+            hook(self)  # still inside the overlay: a hook's writes are checked like the rest
         state = self.state
         meta_changed = (self.next_schedule_id, self.next_occurrence_id) != (
             state.next_schedule_id,
@@ -396,6 +398,7 @@ class Txn:
                 state.schedules.pop(sid, None)
             else:
                 state.schedules[sid] = schedule
+            state.note_schedule(sid, schedule)
         for sid, progress in self._prog.items():
             if progress is None:
                 state.progress.pop(sid, None)
@@ -445,6 +448,16 @@ _ON_RETIRE: list[Callable[[Txn, int], None]] = []
 def on_retire(hook: Callable[[Txn, int], None]) -> Callable[[Txn, int], None]:
     """Register ``hook(txn, occurrence_id)``: delete what is bound to a retiring record."""
     _ON_RETIRE.append(hook)
+    return hook
+
+
+_BEFORE_COMMIT: list[Callable[[Txn], None]] = []
+
+
+def before_commit(hook: Callable[[Txn], None]) -> Callable[[Txn], None]:
+    """Register ``hook(txn)``, run by every commit before its checks (e.g. drop the code an
+    update kept once no live record needs it); it must write only within the parts' budgets."""
+    _BEFORE_COMMIT.append(hook)
     return hook
 
 

@@ -11,6 +11,7 @@ package, plus the expected parent pid. Worker credentials therefore never reach 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import select
 import signal
@@ -194,7 +195,9 @@ def kill_recorded_children(pids: list[int] | set[int], timeout_seconds: float = 
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
             killed.append(pid)
-            select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))
+            poller = select.poll()  # not select(): descriptors past 1,024 (issue 18)
+            poller.register(pidfd, select.POLLIN)
+            poller.poll(math.ceil(max(0.0, deadline - time.monotonic()) * 1000))
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)  # reaps it if it happens to be our own child
         finally:

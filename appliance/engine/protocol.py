@@ -22,6 +22,7 @@ happened.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import struct
@@ -136,8 +137,10 @@ class FrameReader:
         if deadline_monotonic is not None:
             # A deadline in the past still polls once, so already-buffered bytes are read.
             remaining = max(0.0, deadline_monotonic - time.monotonic())
-            readable, _, _ = select.select([self._fd], [], [], remaining)
-            if not readable:
+            # poll(), not select(): a worker holding many connections has descriptors past 1,024.
+            poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+            if not poller.poll(math.ceil(remaining * 1000)):
                 raise FrameTimeout("no frame before the deadline")
         chunk = os.read(self._fd, 65536)
         if not chunk:

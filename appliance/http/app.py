@@ -5,6 +5,10 @@ body read), then ``BodyCap`` (declared length vs the cap, still before the respo
 every kind render in the shared JSON shape (appliance.http.errors). Nothing is mounted that the
 caller did not pass: unknown paths are 404 — but only after authentication, so an anonymous
 caller cannot even map the routes.
+
+The app carries its ``BearerAuth`` (``bearer_gate``) and its fixed error fields (``error_extra``)
+so the server can refuse a request whose bearer is wrong as soon as its headers are in, before a
+single body byte is read, in the surface's own error shape (appliance.http.server).
 """
 
 from __future__ import annotations
@@ -20,6 +24,13 @@ from appliance.http.limits import BodyCap
 from appliance.secret import Secret
 
 
+class ApplianceApp(falcon.App):
+    """A Falcon app that tells its server how to authenticate before the body is read."""
+
+    bearer_gate: BearerAuth | None = None
+    error_extra: Mapping[str, Any] = {}
+
+
 def create_app(
     *,
     routes: Mapping[str, Any],
@@ -29,18 +40,15 @@ def create_app(
     surface: str,
     error_extra: Mapping[str, Any] | None = None,
     extra_middleware: Iterable[Any] = (),
-) -> falcon.App:
+) -> ApplianceApp:
     """A WSGI app with bearer auth and a body cap in front of ``routes`` (path → resource).
 
     ``extra_middleware`` runs AFTER auth and the cap (e.g. an Origin check for management).
     """
-    app = falcon.App(
-        middleware=[
-            BearerAuth(credentials, accepted_roles, surface=surface),
-            BodyCap(body_bytes_max),
-            *extra_middleware,
-        ],
-    )
+    auth = BearerAuth(credentials, accepted_roles, surface=surface)
+    app = ApplianceApp(middleware=[auth, BodyCap(body_bytes_max), *extra_middleware])
+    app.bearer_gate = auth
+    app.error_extra = dict(error_extra) if error_extra else {}
     app.req_options.auto_parse_form_urlencoded = False
     app.req_options.strip_url_path_trailing_slash = False
     app.set_error_serializer(make_error_serializer(error_extra))

@@ -124,23 +124,33 @@ class BearerAuth:
             log.info("%s: roles %s have no configured credential", surface, sorted(missing))
         self._surface = surface
 
-    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
-        token = parse_bearer(req.get_header("Authorization"))
+    def role_for(self, authorization: str | None, method: str, path: str) -> str | None:
+        """The accepted role ``authorization`` proves, or None (the refusal is logged).
+
+        Called by the server as soon as a request's headers are in (before any body byte is
+        read: appliance.http.server) and again by ``process_request``."""
+        token = parse_bearer(authorization)
         if token is None:
-            log.info("%s: refused %s %s: no bearer credential", self._surface, req.method, req.path)
-            raise unauthorized()
+            log.info("%s: refused %s %s: no bearer credential", self._surface, method, path)
+            return None
         role = self._table.role_of(token)
         if role is None:
-            log.info("%s: refused %s %s: unknown credential", self._surface, req.method, req.path)
-            raise unauthorized()
+            log.info("%s: refused %s %s: unknown credential", self._surface, method, path)
+            return None
         if role not in self._accepted:
             log.warning(
                 "%s: refused %s %s: a %s credential is not accepted here",
                 self._surface,
-                req.method,
-                req.path,
+                method,
+                path,
                 role,
             )
+            return None
+        return role
+
+    def process_request(self, req: falcon.Request, resp: falcon.Response) -> None:
+        role = self.role_for(req.get_header("Authorization"), req.method, req.path)
+        if role is None:
             raise unauthorized()
         req.context.auth_role = role
 

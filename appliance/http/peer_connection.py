@@ -13,7 +13,11 @@ new one; bounded connect and read timeouts; a response size cap; the same outcom
 An idle connection the peer closed (or wrote to) is detected before reuse and replaced, so a
 request is never written into a dead connection.
 
-The scope is narrow on purpose: plain ``http``, responses framed by ``Content-Length`` (or
+TLS (``ssl_context``): the handshake is part of connecting, bounded by the connect timeout, and a
+failed one — or a verified certificate that does not name ``peer_identity``, the voter we meant
+to reach (appliance.http.tls) — is ``ConnectFailed``: nothing was written.
+
+The scope is narrow on purpose: ``http`` or ``https``, responses framed by ``Content-Length`` (or
 bodiless by status); a chunked or unframed response is refused as ``AmbiguousSend`` and the
 connection closed. One request at a time, used by one thread at a time: ``begin`` (or
 ``begin_nowait``, which never blocks and never connects) writes a request, ``finish`` reads its
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import ssl
 from collections.abc import Mapping
 
 from appliance.http.client import (
@@ -34,6 +39,7 @@ from appliance.http.client import (
     describe_connect_error,
 )
 from appliance.http.polling import STALE_EVENTS, has_events
+from appliance.http.tls import check_voter
 from appliance.secret import Secret
 
 HEAD_BYTES_MAX = 16 * 1024  # status line + headers of a response
@@ -51,10 +57,15 @@ class PeerConnection:
         read_timeout_ms: int,
         response_bytes_max: int,
         user_agent: str = "appliance",
+        ssl_context: ssl.SSLContext | None = None,
+        peer_identity: str | None = None,
     ) -> None:
         if connect_timeout_ms <= 0 or read_timeout_ms <= 0:
             raise ValueError("timeouts must be positive")
-        self.origin = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+        scheme = "https" if ssl_context is not None else "http"
+        self.origin = f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+        self._ssl_context = ssl_context
+        self._peer_identity = peer_identity
         self._address = (host, port)
         self._host_header = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
         self._connect_s = connect_timeout_ms / 1000
@@ -121,8 +132,8 @@ class PeerConnection:
             sock.setblocking(False)
             try:
                 sent = sock.send(request)
-            except BlockingIOError:
-                sent = 0
+            except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
+                sent = 0  # TLS: the same bytes are written again, from the start, by finish
             finally:
                 sock.settimeout(self._read_s)
         except OSError as exc:
@@ -187,6 +198,8 @@ class PeerConnection:
 
     def _is_stale(self, sock: socket.socket) -> bool:
         """The peer closed the idle connection, or sent bytes nobody asked for."""
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
         return bool(self._buffer) or has_events(sock, STALE_EVENTS)
 
     def _connect(self) -> socket.socket:
@@ -195,9 +208,28 @@ class PeerConnection:
         except OSError as exc:
             raise ConnectFailed(self.origin, describe_connect_error(exc)) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self._ssl_context is not None:
+            sock = self._handshake(sock)
         sock.settimeout(self._read_s)
         self.connections_opened += 1
         return sock
+
+    def _handshake(self, sock: socket.socket) -> ssl.SSLSocket:
+        context = self._ssl_context
+        assert context is not None
+        host = self._address[0]
+        try:
+            tls = context.wrap_socket(
+                sock, server_hostname=host if context.check_hostname else None
+            )  # the handshake runs here, under the connect timeout set on ``sock``
+            if self._peer_identity is not None:
+                check_voter(tls, self._peer_identity)
+        except (ssl.SSLError, ssl.CertificateError, OSError) as exc:
+            with contextlib.suppress(OSError):
+                sock.close()
+            reason = getattr(exc, "reason", None) or exc
+            raise ConnectFailed(self.origin, f"TLS handshake failed ({reason})") from None
+        return tls
 
     # -- response ------------------------------------------------------------------------------
 

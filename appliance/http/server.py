@@ -22,25 +22,30 @@ from __future__ import annotations
 
 import errno
 import logging
+import resource
 import socket
+import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from waitress import wasyncore
-from waitress.channel import HTTPChannel
-from waitress.server import BaseWSGIServer, create_server
-from waitress.task import ErrorTask
+from waitress.adjustments import Adjustments
+from waitress.task import ThreadedTaskDispatcher
 
-from appliance.http.errors import error_body
+from appliance.http.connections import ConnectionPolicy, ListenerCounts, ListenerServer
+from appliance.http.gate import HEADER_BYTES_MAX
 
 log = logging.getLogger("appliance.http.server")
 
 KiB = 1024
 # Room for chunked framing above the app's exact cap (hex sizes and CRLFs; ~10 bytes per chunk).
 CHUNK_FRAMING_ALLOWANCE_BYTES = 64 * KiB
-HEADER_BYTES_MAX = 32 * KiB
 LISTEN_BACKLOG = 1024  # waitress's default backlog
+CONNECTION_LIMIT_DEFAULT = 512  # per listener; raise_open_files_limit leaves room for several
+OPEN_FILES_TARGET = 65_536
+
+__all__ = ["HEADER_BYTES_MAX", "AddressInUse", "HttpServer", "ServerError"]
 
 
 class AddressInUse(OSError):
@@ -56,30 +61,20 @@ def waitress_body_limit(body_bytes_max: int) -> int:
     return body_bytes_max + CHUNK_FRAMING_ALLOWANCE_BYTES + 1
 
 
-class _JsonErrorTask(ErrorTask):
-    """Waitress's protocol-level refusals in the appliance's JSON error shape."""
+def raise_open_files_limit(target: int = OPEN_FILES_TARGET) -> int:
+    """Raise the soft RLIMIT_NOFILE towards ``target`` (never above the hard limit, never down).
 
-    def execute(self) -> None:
-        error = self.request.error
-        server = self.channel.server
-        code_by_status = {413: "body_too_large", 431: "headers_too_large", 501: "not_implemented"}
-        code = code_by_status.get(error.code, "bad_request")
-        if error.code == 413:
-            message = f"request body exceeds {server.appliance_body_bytes_max} bytes"
-        elif error.code == 431:
-            message = f"request headers exceed {HEADER_BYTES_MAX} bytes"
-        else:
-            message = "malformed HTTP request"
-        body = error_body(code, message, extra=server.appliance_error_extra)
-        self.status = f"{error.code} {error.reason}"
-        self.response_headers.append(("Content-Type", "application/json"))
-        self.set_close_on_finish()
-        self.content_length = len(body)
-        self.write(body)
-
-
-class _Channel(HTTPChannel):
-    error_task_class = _JsonErrorTask
+    The usual soft limit is 1,024; five listeners of hundreds of connections each need more.
+    Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d to %d: %s", soft, wanted, exc)
+    return soft
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -119,7 +114,10 @@ class HttpServer:
         name: str,
         body_bytes_max: int,
         threads: int = 4,
-        connection_limit: int = 64,
+        connection_limit: int = CONNECTION_LIMIT_DEFAULT,
+        policy: ConnectionPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
         channel_timeout_s: int = 120,
         memory_body_bytes_max: int = 512 * KiB,
         recv_bytes: int = 64 * KiB,
@@ -137,11 +135,16 @@ class HttpServer:
         self.body_bytes_max = body_bytes_max
         self._threads = threads
         self._connection_limit = connection_limit
+        self.policy = policy or ConnectionPolicy()
+        self.ssl_context = ssl_context
+        self._peer_check = peer_check
         self._channel_timeout_s = channel_timeout_s
         self._memory_body_bytes_max = memory_body_bytes_max
         self._recv_bytes = recv_bytes
         self._stop_timeout_s = stop_timeout_s
-        self._error_extra = dict(error_extra) if error_extra else {}
+        # The app's own error fields (create_app) unless the caller names them.
+        app_extra = getattr(app, "error_extra", None) or {}
+        self._error_extra = dict(error_extra) if error_extra else dict(app_extra)
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._port: int | None = None
@@ -158,6 +161,19 @@ class HttpServer:
         return self._port
 
     @property
+    def connection_counts(self) -> ListenerCounts:
+        """What the connection upkeep has closed since start (appliance.http.connections)."""
+        if self._server is None:
+            raise ServerError(f"{self.name}: not started")
+        return self._server.counts
+
+    @property
+    def listening_fd(self) -> int:
+        if self._server is None:
+            raise ServerError(f"{self.name}: not started")
+        return int(self._server.socket.fileno())
+
+    @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
@@ -165,10 +181,10 @@ class HttpServer:
         with self._lock:
             if self._server is not None:
                 raise ServerError(f"{self.name}: already started")
+            raise_open_files_limit()
             sock = _bind(self._host, self._requested_port)
             try:
-                server = create_server(
-                    self._app,
+                adj = Adjustments(
                     sockets=[sock],
                     threads=self._threads,
                     connection_limit=self._connection_limit,
@@ -180,15 +196,30 @@ class HttpServer:
                     expose_tracebacks=False,
                     clear_untrusted_proxy_headers=True,
                     ident="appliance",
+                    asyncore_use_poll=True,  # select() fails past fd 1024
+                    cleanup_interval=1,  # the upkeep (deadlines, draining) runs every second
+                )
+                dispatcher = ThreadedTaskDispatcher()
+                dispatcher.set_thread_count(self._threads)
+                server = ListenerServer(
+                    self._app,
+                    {},
+                    _sock=sock,
+                    dispatcher=dispatcher,
+                    adj=adj,
+                    bind_socket=False,
+                    sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()),
                 )
             except Exception:
                 sock.close()
                 raise
-            if not isinstance(server, BaseWSGIServer):
-                raise ServerError(f"{self.name}: expected one listening socket")
-            server.channel_class = _Channel
             server.appliance_error_extra = self._error_extra
             server.appliance_body_bytes_max = self.body_bytes_max
+            server.appliance_gate = getattr(self._app, "bearer_gate", None)
+            server.appliance_name = self.name
+            server.policy = self.policy
+            server.ssl_context = self.ssl_context
+            server.peer_check = self._peer_check
             self._server = server
             self._port = int(sock.getsockname()[1])
             self._thread = threading.Thread(

@@ -24,7 +24,8 @@ here:
   of the 4 MiB cap) — creation and observation will soon be refused;
 - ``unknown_occurrences``: Unknown records hold running reservations until the engine's outcome
   arrives or an operator acknowledges them (``acknowledge_stopped``), never by themselves;
-- ``worker_unreachable`` / ``worker_refuses_bearer``: dispatch cannot succeed.
+- ``worker_unreachable`` / ``worker_refuses_bearer``: dispatch cannot succeed;
+- ``compaction_behind``: the Raft log holds over twice what compaction keeps it to.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class HealthInputs:
     voters_total: int
     # Inputs other areas' warning rules need (e.g. growth, reconfiguration), by name.
     extra: dict[str, Any] = field(default_factory=dict)
+    compaction_behind: str | None = None  # issue 19: the log grows faster than it is compacted
+    store_bytes: int | None = None  # the runner store on disk (database, -wal, -shm)
+    log_entries: int | None = None
 
 
 Severity = Literal["critical", "warning", "notice"]
@@ -203,6 +207,12 @@ def _unknown(h: HealthInputs) -> Iterator[HealthWarning]:
 
 
 @warning_rule
+def _compaction(h: HealthInputs) -> Iterator[HealthWarning]:
+    if h.compaction_behind:
+        yield HealthWarning("compaction_behind", "warning", h.compaction_behind)
+
+
+@warning_rule
 def _worker(h: HealthInputs) -> Iterator[HealthWarning]:
     if h.worker is not None and not h.worker.reachable:
         yield HealthWarning(
@@ -245,6 +255,14 @@ def health_document(h: HealthInputs) -> dict[str, Any]:
             "outstanding": h.figures.outstanding,
             "running": h.figures.running,
             "by_state": h.figures.by_state,
+        },
+        "log": {
+            "store_bytes": h.store_bytes,
+            "entries": h.log_entries,
+            "first_index": h.raft.get("log_first_index"),
+            "last_index": h.raft.get("last_log_index"),
+            "snapshot_index": h.raft.get("snapshot_index"),
+            "snapshot_age_s": h.raft.get("snapshot_age_s"),
         },
         "unknown_occurrences": h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX],
         "worker": None if h.worker is None else h.worker.to_json(),

@@ -27,6 +27,16 @@ def rfc3339(instant_s: int | None) -> str | None:
     return format_utc(datetime.fromtimestamp(instant_s, UTC))
 
 
+def _jittered_start_s(record: Occurrence) -> int | None:
+    """When a jittered record may start (or started): its wait, or its ``jitter_due`` entry."""
+    if record.retry_waiting and record.retries_used == 0:
+        return record.not_before_s
+    for entry in record.timeline:
+        if entry.reason == "jitter_due":
+            return entry.at_s
+    return None
+
+
 def occurrence_detail(record: Occurrence) -> dict[str, Any]:
     """One record for operators: every field of the checkpoint record, instants readable."""
     return {
@@ -35,6 +45,8 @@ def occurrence_detail(record: Occurrence) -> dict[str, Any]:
         "state": record.state.value,
         "due": record.due_s,
         "due_at": rfc3339(record.due_s),
+        # A jittered slot's start (policy.jitter_seconds): the due time stays the slot.
+        "starts_at": rfc3339(_jittered_start_s(record)),
         "attempt": record.attempt,
         "retries_used": record.retries_used,
         "not_before_at": rfc3339(record.not_before_s),
@@ -94,6 +106,15 @@ def schedule_history(st: core.SchedulerState, schedule_id: int) -> dict[str, Any
             "enabled": schedule.enabled,
             "created_at": rfc3339(schedule.created_at_s),
             "definition": _definition_summary(schedule),
+            # What ``update`` changed, newest last (docs/policies.md, "update").
+            "changes": [
+                {
+                    "at": rfc3339(c.at_s),
+                    "fields": list(c.fields),
+                    "payload_sha256": c.payload_sha256,
+                }
+                for c in schedule.changes
+            ],
         },
         **drops_view(st.progress[schedule_id]),
         "counts": st.schedule_counts(schedule_id),

@@ -247,6 +247,10 @@ class RunnerCollector(Collector):
             ("commit_index", "Highest log index known committed"),
             ("applied_index", "Highest log index applied to the local state"),
             ("last_log_index", "Index of the last entry in the local log"),
+            ("snapshot_index", "Index the log is compacted to (first kept entry - 1)"),
+            ("compactions", "Log compactions since this process started"),
+            ("snapshots_installed", "Leader snapshots installed since this process started"),
+            ("snapshot_age_s", "Seconds since the last compaction or snapshot install"),
         ):
             yield from _gauge(f"appliance_raft_{key}", doc, status.get(key))
         reachable = GaugeMetricFamily(
@@ -343,4 +347,10 @@ class RunnerCollector(Collector):
             "appliance_store_log_entries",
             "Entries in the durable Raft log",
             self._source.log_entries(),
+        )
+        store_bytes = getattr(self._source, "store_bytes", None)
+        yield from _gauge(
+            "appliance_store_bytes",
+            "Bytes on disk of the runner store (database, -wal and -shm)",
+            store_bytes() if store_bytes is not None else None,
         )

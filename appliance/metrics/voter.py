@@ -13,6 +13,7 @@ into the checkpoint.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
@@ -51,6 +52,22 @@ class Reply:
     body: dict[str, Any]
 
 
+def compaction_behind(log_entries: int | None, cfg: Any) -> str | None:
+    """Growth outpaces compaction: the log holds over twice what the policy lets it reach
+    (``snapshot_entries + trailing_entries`` plus the checkpoint's lag)."""
+    raft = getattr(cfg, "raft", None)
+    if log_entries is None or raft is None or not hasattr(raft, "snapshot_entries"):
+        return None
+    bound = 2 * (raft.snapshot_entries + raft.trailing_entries)
+    if log_entries <= bound:
+        return None
+    return (
+        f"the Raft log holds {log_entries} entries, over twice the {bound // 2} that "
+        "compaction keeps it to: the checkpoint is not keeping up (see the checkpoint writer) "
+        "or compaction is failing (see the voter's log)"
+    )
+
+
 def _error(status: int, code: str, message: str) -> Reply:
     return Reply(
         status, {"ok": False, "status": status, "error": {"code": code, "message": message}}
@@ -83,6 +100,16 @@ class RunnerReader:
         first, last = self._store.first_index(), self._store.last_index()
         return 0 if first == 0 else last - first + 1
 
+    def store_bytes(self) -> int | None:
+        path = getattr(self._store, "path", None)
+        if path is None:
+            return None
+        return sum(
+            f.stat().st_size
+            for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+            if f.exists()
+        )
+
     def voters(self) -> list[VoterView]:
         if self._probe is None:
             return []
@@ -92,11 +119,15 @@ class RunnerReader:
 class WorkerProbe:
     """Is the runner's worker up and accepting the worker bearer? (one bounded GET)"""
 
-    def __init__(self, url: str, bearer: Secret | str) -> None:
+    def __init__(
+        self, url: str, bearer: Secret | str, *, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.url = url.rstrip("/")
         self._bearer = bearer
         self._client = HttpClient(
-            connect_timeout_ms=WORKER_PROBE_TIMEOUT_MS, read_timeout_ms=WORKER_PROBE_TIMEOUT_MS
+            connect_timeout_ms=WORKER_PROBE_TIMEOUT_MS,
+            read_timeout_ms=WORKER_PROBE_TIMEOUT_MS,
+            ssl_context=ssl_context,  # an https worker: the cluster CA (appliance.http.tls)
         )
 
     def close(self) -> None:
@@ -171,6 +202,9 @@ class VoterObservability:
             grant_seconds_left=reader.grant_seconds_left(),
             worker=None if self._worker_probe is None else self._worker_probe.view(),
             voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),
+            compaction_behind=compaction_behind(reader.log_entries(), cfg),
+            store_bytes=reader.store_bytes(),
+            log_entries=reader.log_entries(),
         )
         return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
 

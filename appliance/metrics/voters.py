@@ -11,6 +11,7 @@ still a fair "how far behind is that replica" from this replica's point of view.
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,15 +40,20 @@ class VoterProbe:
         timeout_ms: int = PROBE_TIMEOUT_MS,
         cache_s: float = PROBE_CACHE_S,
         clock: Callable[[], float] = time.monotonic,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: the peers' cluster ports speak mutual TLS (appliance.http.tls)."""
         self._peers = dict(sorted(peers.items()))
+        self._scheme = "https" if ssl_context is not None else "http"
         self._bearer = cluster_bearer
         self._timeout_ms = timeout_ms
         self._cache_s = cache_s
         self._clock = clock
         self._lock = threading.Lock()
         self._cached: tuple[float, list[dict[str, Any] | None]] | None = None
-        self._client = HttpClient(connect_timeout_ms=timeout_ms, read_timeout_ms=timeout_ms)
+        self._client = HttpClient(
+            connect_timeout_ms=timeout_ms, read_timeout_ms=timeout_ms, ssl_context=ssl_context
+        )
         self._pool = ThreadPoolExecutor(max(1, len(self._peers)), thread_name_prefix="probe")
 
     def close(self) -> None:
@@ -91,7 +97,7 @@ class VoterProbe:
     def _ask(self, addr: HostPort) -> dict[str, Any] | None:
         try:
             response = self._client.get(
-                f"http://{addr}{RAFT_STATUS_PATH}",
+                f"{self._scheme}://{addr}{RAFT_STATUS_PATH}",
                 bearer=self._bearer,
                 response_bytes_max=STATUS_BYTES_MAX,
             )

@@ -16,6 +16,14 @@ Layout (all integers big-endian, unsigned):
     4 AppendResponse     success u8 | index u64 | hint_index u64 | hint_term u64
     5 Heartbeat          commit u64 | read_seq u64
     6 HeartbeatResponse  read_seq u64
+    7 SnapshotChunk      index u64 | snapshot_term u64 | voter count u8, then each voter
+                         (u8 len + ASCII) | total_bytes u64 | checksum (u8 len + 64 hex)
+                         | offset u64 | length u32 | data
+    8 SnapshotResponse   index u64 | next_offset u64
+
+A snapshot chunk carries at most 12 MiB of data (the batch cap), of a snapshot of at most
+``SNAPSHOT_BYTES_MAX`` (64 MiB: the checkpoint it is made of is capped at 4 MiB), and must end
+within it; its snapshot term is at most the message term.
 
 Every message carries the sender's contract digest; ``decode`` refuses a different one with
 ``DigestMismatch`` (the transport logs it loudly). Anything else malformed — truncated, trailing
@@ -36,6 +44,8 @@ from appliance.raft.messages import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    SnapshotChunk,
+    SnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -46,6 +56,8 @@ BODY_BYTES_MAX = 16 * MiB
 BATCH_ENTRIES_MAX = 32
 BATCH_PAYLOAD_BYTES_MAX = 12 * MiB
 DIGEST_BYTES_MAX = 128
+SNAPSHOT_BYTES_MAX = 64 * MiB
+VOTERS_MAX = 64
 MAGIC = b"RAFT"
 VERSION = 1
 
@@ -56,7 +68,10 @@ _KIND_OF = {
     AppendResponse: 4,
     Heartbeat: 5,
     HeartbeatResponse: 6,
+    SnapshotChunk: 7,
+    SnapshotResponse: 8,
 }
+_HEX = frozenset("0123456789abcdef")
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 _ENTRY_HEAD = struct.Struct(">QQI")
@@ -124,6 +139,21 @@ def encode(message: Message, digest: str) -> bytes:
         ]
     elif isinstance(message, Heartbeat):
         parts += [_u64(message.commit, "commit"), _u64(message.read_seq, "read_seq")]
+    elif isinstance(message, SnapshotChunk):
+        _check_chunk(message)
+        parts += [
+            _u64(message.index, "index"),
+            _u64(message.snapshot_term, "snapshot_term"),
+            bytes((len(message.voters),)),
+            *(_text(v, "voter") for v in message.voters),
+            _u64(message.total_bytes, "total_bytes"),
+            _text(message.checksum, "checksum"),
+            _u64(message.offset, "offset"),
+            _U32.pack(len(message.data)),
+            message.data,
+        ]
+    elif isinstance(message, SnapshotResponse):
+        parts += [_u64(message.index, "index"), _u64(message.next_offset, "next_offset")]
     else:
         parts.append(_u64(message.read_seq, "read_seq"))
     body = b"".join(parts)
@@ -223,6 +253,10 @@ def decode(data: bytes, expected_digest: str) -> Message:
         message = Heartbeat(sender, to, term, reader.u64("commit"), reader.u64("read_seq"))
     elif kind == 6:
         message = HeartbeatResponse(sender, to, term, reader.u64("read_seq"))
+    elif kind == 7:
+        message = _decode_chunk(reader, sender, to, term)
+    elif kind == 8:
+        message = SnapshotResponse(sender, to, term, reader.u64("index"), reader.u64("next_offset"))
     else:
         raise CodecError(f"unknown message kind {kind}")
     reader.finish()
@@ -253,3 +287,44 @@ def _decode_append(reader: _Reader, sender: str, to: str, term: int) -> AppendRe
         except RaftInvariantError as exc:
             raise CodecError(str(exc)) from None
     return AppendRequest(sender, to, term, prev_index, prev_term, tuple(entries), commit)
+
+
+def _check_chunk(m: SnapshotChunk) -> None:
+    if not 1 <= len(m.voters) <= VOTERS_MAX:
+        raise CodecError(f"snapshot names {len(m.voters)} voters, expected 1-{VOTERS_MAX}")
+    for voter in m.voters:
+        if NODE_ID_PATTERN.fullmatch(voter) is None:
+            raise CodecError(f"snapshot voter is not a valid node id: {voter!r}")
+    if len(m.checksum) != 64 or not set(m.checksum) <= _HEX:
+        raise CodecError("snapshot checksum must be 64 lowercase hex characters")
+    if m.snapshot_term > m.term:
+        raise CodecError(f"snapshot term {m.snapshot_term} is newer than the message {m.term}")
+    if m.index < 1:
+        raise CodecError("snapshot index must be >= 1")
+    if m.total_bytes > SNAPSHOT_BYTES_MAX:
+        raise CodecError(f"snapshot of {m.total_bytes} bytes exceeds {SNAPSHOT_BYTES_MAX}")
+    if len(m.data) > BATCH_PAYLOAD_BYTES_MAX:
+        raise CodecError(f"snapshot chunk of {len(m.data)} bytes exceeds {BATCH_PAYLOAD_BYTES_MAX}")
+    if m.offset + len(m.data) > m.total_bytes:
+        raise CodecError(
+            f"snapshot chunk at {m.offset} of {len(m.data)} bytes ends beyond {m.total_bytes}"
+        )
+
+
+def _decode_chunk(reader: _Reader, sender: str, to: str, term: int) -> SnapshotChunk:
+    index = reader.u64("index")
+    snapshot_term = reader.u64("snapshot_term")
+    count = reader.u8("voter count")
+    voters = tuple(reader.node_id("voter") for _ in range(count))
+    total_bytes = reader.u64("total_bytes")
+    checksum = reader.text("checksum")
+    offset = reader.u64("offset")
+    length = reader.u32("chunk length")
+    if length > BATCH_PAYLOAD_BYTES_MAX:
+        raise CodecError(f"snapshot chunk of {length} bytes exceeds {BATCH_PAYLOAD_BYTES_MAX}")
+    data = reader.take(length, "snapshot data")
+    message = SnapshotChunk(
+        sender, to, term, index, snapshot_term, voters, total_bytes, checksum, offset, data
+    )
+    _check_chunk(message)
+    return message

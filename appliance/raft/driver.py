@@ -37,6 +37,15 @@ A proposal's future resolves with the apply hook's result when an entry with the
 another term (the leader was deposed before it committed). A read barrier's future resolves with
 the read index once ``applied >= read index``, or fails with ``NotLeader``.
 
+Log compaction (``compaction``, a ``CompactionPolicy``): whoever holds the turn checks the
+policy once per tick; when it says so, the node forgets the entries up to the chosen index and
+``storage.compact`` records that in one small durable commit; the rows are deleted afterwards by
+the ``Reclaimer`` thread in small chunks, so no commit waits behind a large deletion. A Ready that
+carries a leader's snapshot is installed before anything else of it is persisted: ``restore``
+(the application's hook) is called with the snapshot and a function that installs it in the
+storage (checkpoint and whole log replaced in one transaction); the hook finishes whatever it
+still writes for older indexes, calls that function, and reloads its state from the snapshot.
+
 Anything unexpected on the driver thread (a ``RaftInvariantError``, a storage failure, an apply
 hook that raises) is fatal: the driver stops, fails every waiting future with ``DriverStopped``,
 records the cause in ``fatal`` and calls ``on_fatal`` — the process should exit, not limp on. The
@@ -53,12 +62,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
 from appliance.raft.inbox import Inbox
 from appliance.raft.messages import EntryKind, Message
 from appliance.raft.node import RaftNode, Ready, Role, SoftState
+from appliance.raft.reclaimer import Reclaimer
 from appliance.raft.reply_slot import ANSWER_KINDS, ReplySlot
 from appliance.raft.send_order import may_send_before_persist
+from appliance.raft.snapshot import Snapshot
 from appliance.raft.storage import LogStorage
 
 log = logging.getLogger(__name__)
@@ -68,6 +80,8 @@ log = logging.getLogger(__name__)
 REDRAIN_ROUNDS_MAX = 4
 
 ApplyHook = Callable[[int, bytes], Any]  # (index, command) -> result for the proposer
+# (snapshot, install): finish older writes, call install(), reload the state from the snapshot
+RestoreHook = Callable[[Snapshot, Callable[[], None]], None]
 
 
 class Transport(Protocol):
@@ -97,6 +111,11 @@ class NodeStatus:
     applied_index: int
     last_log_index: int
     recovering: bool = False  # a recovered store still catching up: no votes, no campaigns
+    snapshot_index: int = 0  # the log holds entries from snapshot_index + 1 on
+    snapshot_term: int = 0
+    compactions: int = 0  # since start
+    snapshots_installed: int = 0  # since start
+    snapshot_at_s: float | None = None  # monotonic time of the last compaction or install
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -108,6 +127,14 @@ class NodeStatus:
             "applied_index": self.applied_index,
             "last_log_index": self.last_log_index,
             "recovering": self.recovering,
+            "snapshot_index": self.snapshot_index,
+            "snapshot_term": self.snapshot_term,
+            "log_first_index": self.snapshot_index + 1 if self.snapshot_index else None,
+            "compactions": self.compactions,
+            "snapshots_installed": self.snapshots_installed,
+            "snapshot_age_s": (
+                None if self.snapshot_at_s is None else time.monotonic() - self.snapshot_at_s
+            ),
         }
 
 
@@ -126,6 +153,8 @@ class RaftDriver:
         on_fatal: Callable[[BaseException], None] | None = None,
         campaign_at_start: bool = False,
         peer_gone: Callable[[str], bool] | None = None,
+        compaction: CompactionPolicy | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         if tick_ms < 1:
             raise ValueError("tick_ms must be positive")
@@ -139,6 +168,17 @@ class RaftDriver:
         self._on_fatal = on_fatal
         self._campaign_at_start = campaign_at_start
         self._peer_gone = peer_gone  # a follower asks it about its leader once per tick
+        self._compaction = compaction
+        self._restore = restore
+        self.compactions = 0
+        self.snapshots_installed = 0
+        self._snapshot_at_s: float | None = None
+        reclaim = getattr(storage, "reclaim", None)
+        self.reclaimer = (
+            Reclaimer(storage, name=f"raft-reclaim-{node.id}")  # type: ignore[arg-type]
+            if compaction is not None and reclaim is not None
+            else None
+        )
         self._inbox = Inbox(inbox_max)
         self._proposals: dict[int, tuple[int, Future[Any]]] = {}  # index -> (term, future)
         self._reads: dict[int, Future[int]] = {}  # request id -> future
@@ -162,6 +202,8 @@ class RaftDriver:
         if self._thread is not None:
             raise RuntimeError("driver already started")
         self._next_tick = self._clock() + self._tick_s
+        if self.reclaimer is not None:
+            self.reclaimer.start()
         self._thread = threading.Thread(target=self._run, name=f"raft-{self._node.id}", daemon=True)
         self._thread.start()
 
@@ -170,6 +212,8 @@ class RaftDriver:
         self._inbox_put(("wake",), force=True)
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self.reclaimer is not None:
+            self.reclaimer.stop(timeout_s)  # before the caller closes the store
 
     # -- thread-safe API ---------------------------------------------------------------------
 
@@ -308,7 +352,35 @@ class RaftDriver:
             ticks += 1
         if now >= next_tick:
             next_tick = now + self._tick_s
+        if ticks:
+            self._maybe_compact()
         return next_tick
+
+    def _maybe_compact(self) -> None:
+        policy, node, storage = self._compaction, self._node, self._storage
+        if policy is None or node.log.pending_snapshot is not None:
+            return
+        checkpoint = min(storage.snapshot_index_available(), node.applied_index)
+        target = policy.compact_to(
+            snapshot_index=node.log.snapshot_index,
+            checkpoint_index=checkpoint,
+            log_bytes=storage.log_bytes(),
+        )
+        if not target:
+            return
+        term = node.compact(target)
+        storage.compact(target, term, node.config.voters)
+        self.compactions += 1
+        self._snapshot_at_s = time.monotonic()
+        if self.reclaimer is not None:
+            self.reclaimer.poke()
+        log.info(
+            "raft %s compacted its log up to %d (term %d; checkpoint at %d)",
+            node.id,
+            target,
+            term,
+            checkpoint,
+        )
 
     def _check_leader_alive(self) -> None:
         node = self._node
@@ -367,6 +439,8 @@ class RaftDriver:
             if send_first:
                 for message in ready.messages:
                     self._send(message)
+            if ready.snapshot is not None:
+                self._install(ready.snapshot)
             if ready.must_persist:
                 self._storage.persist(
                     term=ready.hard_state.term,
@@ -402,6 +476,28 @@ class RaftDriver:
         self._close_reply_slots()
         with self._lock:
             self._status = self._snapshot()
+
+    def _install(self, snapshot: Snapshot) -> None:
+        """Install a leader's snapshot (checkpoint and log replaced at once), then let the
+        application reload its state from it."""
+
+        def install() -> None:
+            self._storage.install_snapshot(snapshot)
+
+        if self._restore is None:
+            install()
+        else:
+            self._restore(snapshot, install)
+        self.snapshots_installed += 1
+        self._snapshot_at_s = time.monotonic()
+        log.warning(
+            "raft %s installed a snapshot from its leader at index %d (term %d, %d bytes): it "
+            "was behind the leader's compacted log",
+            self._node.id,
+            snapshot.index,
+            snapshot.term,
+            len(snapshot.data),
+        )
 
     def _send(self, message: Message) -> None:
         if isinstance(message, ANSWER_KINDS):
@@ -459,6 +555,11 @@ class RaftDriver:
             applied_index=node.applied_index,
             last_log_index=node.last_index,
             recovering=node.recovering,
+            snapshot_index=node.log.snapshot_index,
+            snapshot_term=node.log.snapshot_term,
+            compactions=self.compactions,
+            snapshots_installed=self.snapshots_installed,
+            snapshot_at_s=self._snapshot_at_s,
         )
 
     def _die(self, exc: BaseException) -> None:

@@ -6,14 +6,21 @@ entries the node appends (a leader's proposals, a follower's accepted replicatio
 suffix, to the driver; once the driver has persisted them it calls ``stable_to``. A crash before
 that loses exactly the unstable tail, which no acknowledgement has yet depended on.
 
-Invariants (checked, never assumed): ``applied <= commit <= last_index()``; a committed entry is
-never truncated; ``_unstable_offset <= stable_last + 1``.
+Invariants (checked, never assumed): ``snapshot_index <= applied <= commit <= last_index()``; a
+committed entry is never truncated; ``_unstable_offset <= stable_last + 1``.
+
+Compaction (thesis §5): entries up to ``snapshot_index`` are gone; only the term at that index is
+known. A snapshot received from the leader is first held as the *unstable snapshot*
+(``pending_snapshot``): from that moment the log reads as if it held nothing but the snapshot and
+the unstable entries after it, and ``ready()`` hands the snapshot to the driver, which installs it
+(replacing storage's log and checkpoint atomically) before persisting anything else.
 """
 
 from __future__ import annotations
 
 from appliance.raft.errors import RaftInvariantError
 from appliance.raft.messages import Entry
+from appliance.raft.snapshot import Snapshot
 from appliance.raft.storage import LogStorage
 
 
@@ -21,11 +28,15 @@ class RaftLog:
     def __init__(self, storage: LogStorage, *, applied_index: int = 0) -> None:
         self._storage = storage
         self.stable_last = storage.last_index()
+        self.snapshot_index, self.snapshot_term = storage.snapshot_meta()
+        self.pending_snapshot: Snapshot | None = None
         self._unstable: list[Entry] = []
         self._unstable_offset = self.stable_last + 1
-        if not 0 <= applied_index <= self.stable_last:
+        if not self.snapshot_index <= applied_index <= self.stable_last:
             raise RaftInvariantError(
-                f"applied index {applied_index} outside the stored log [0, {self.stable_last}]"
+                f"applied index {applied_index} outside the stored log "
+                f"[{self.snapshot_index}, {self.stable_last}] (entries up to "
+                f"{self.snapshot_index} were compacted away)"
             )
         # Whatever the application already applied was committed before it was applied.
         self.commit = applied_index
@@ -39,9 +50,15 @@ class RaftLog:
     def last_term(self) -> int:
         return self.term_at(self.last_index()) or 0
 
+    def first_index(self) -> int:
+        """The first index the log still holds an entry for (``snapshot_index + 1``)."""
+        return self.snapshot_index + 1
+
     def term_at(self, index: int) -> int | None:
         if index == 0:
             return 0
+        if index <= self.snapshot_index:
+            return self.snapshot_term if index == self.snapshot_index else None
         if index >= self._unstable_offset:
             offset = index - self._unstable_offset
             return self._unstable[offset].term if offset < len(self._unstable) else None
@@ -52,6 +69,10 @@ class RaftLog:
     def entries(self, lo: int, hi: int, *, entries_max: int, bytes_max: int) -> list[Entry]:
         """Entries ``lo <= index < hi``: at most ``entries_max``, and at most ``bytes_max`` of
         payload unless the first entry alone is larger (one entry always goes)."""
+        if lo <= self.snapshot_index:
+            raise RaftInvariantError(
+                f"entries from {lo} asked for, but the log is compacted up to {self.snapshot_index}"
+            )
         hi = min(hi, lo + entries_max, self.last_index() + 1)
         out: list[Entry] = []
         total_bytes = 0
@@ -80,12 +101,13 @@ class RaftLog:
     def find_conflict_by_term(self, index: int, term: int) -> int:
         """Highest index ``<= index`` whose term is ``<= term`` (0 if none)."""
         index = min(index, self.last_index())
-        while index > 0:
+        while index > self.snapshot_index:
             entry_term = self.term_at(index)
             if entry_term is not None and entry_term <= term:
                 return index
             index -= 1
-        return 0
+        # Everything up to the snapshot is committed, so it matches every leader's log.
+        return self.snapshot_index if self.snapshot_term <= term else 0
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -140,7 +162,52 @@ class RaftLog:
 
     def truncate_from(self) -> int | None:
         """Index from which storage must drop its suffix before appending, if any."""
+        if self.pending_snapshot is not None:
+            return None  # installing the snapshot replaces the whole stored log
         return self._unstable_offset if self._unstable_offset <= self.stable_last else None
+
+    # -- compaction and snapshots ------------------------------------------------------------
+
+    def compact(self, index: int) -> int:
+        """Forget entries up to ``index`` (applied ones only); returns the term at ``index``."""
+        if self.pending_snapshot is not None:
+            raise RaftInvariantError("cannot compact while a snapshot waits to be installed")
+        if not self.snapshot_index < index <= min(self.applied, self.stable_last):
+            raise RaftInvariantError(
+                f"compaction to {index} outside ({self.snapshot_index}, "
+                f"{min(self.applied, self.stable_last)}]: only applied, durable entries go"
+            )
+        term = self.term_at(index)
+        if term is None:
+            raise RaftInvariantError(f"no term for compaction index {index}")
+        self.snapshot_index, self.snapshot_term = index, term
+        return term
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Take a leader's snapshot: the log becomes that snapshot and nothing after it."""
+        if snapshot.index <= self.commit:
+            raise RaftInvariantError(
+                f"restoring snapshot {snapshot.index} at or below commit {self.commit}"
+            )
+        self.pending_snapshot = snapshot
+        self.snapshot_index, self.snapshot_term = snapshot.index, snapshot.term
+        self._unstable = []
+        self._unstable_offset = snapshot.index + 1
+        self.commit = snapshot.index
+        self.applied = snapshot.index
+
+    def snapshot_installed(self) -> None:
+        """The driver installed ``pending_snapshot``: storage holds it and nothing after it."""
+        snapshot = self.pending_snapshot
+        if snapshot is None:
+            raise RaftInvariantError("no snapshot was waiting to be installed")
+        if self._storage.snapshot_meta() != (snapshot.index, snapshot.term):
+            raise RaftInvariantError(
+                f"storage reports snapshot {self._storage.snapshot_meta()} after installing "
+                f"{(snapshot.index, snapshot.term)}"
+            )
+        self.pending_snapshot = None
+        self.stable_last = snapshot.index
 
     def stable_to(self, last_persisted: int) -> None:
         stored_last = self._storage.last_index()
@@ -149,12 +216,16 @@ class RaftLog:
                 f"storage holds up to {stored_last}, expected {last_persisted} "
                 f"(log last {self.last_index()}): the driver must persist the whole ready"
             )
+        if self.pending_snapshot is not None:
+            raise RaftInvariantError("entries persisted before the snapshot was installed")
         self.stable_last = last_persisted
         self._unstable = []
         self._unstable_offset = last_persisted + 1
 
     def next_committed(self, *, entries_max: int, bytes_max: int) -> list[Entry]:
         """Committed, durable entries not yet applied, in index order."""
+        if self.pending_snapshot is not None:
+            return []  # nothing after the snapshot is durable until it is installed
         hi = min(self.commit, self.stable_last) + 1
         if self.applied + 1 >= hi:
             return []

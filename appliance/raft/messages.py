@@ -1,4 +1,4 @@
-"""Log entries and the six messages voters exchange (Raft thesis §3.4-§3.6, §6.4, §9.6).
+"""Log entries and the eight messages voters exchange (Raft thesis §3.4-§3.6, §5.3, §6.4, §9.6).
 
 Every message names its ``sender``, its recipient ``to`` and the sender's ``term``. Entries carry
 their kind inside the payload bytes the store keeps, so the store stays a plain
@@ -118,6 +118,52 @@ class HeartbeatResponse:
     read_seq: int
 
 
+@dataclass(frozen=True)
+class SnapshotChunk:
+    """One chunk of a leader's snapshot (thesis §5.3, InstallSnapshot; etcd's MsgSnap).
+
+    The snapshot stands for every entry up to ``index`` (whose term is ``snapshot_term``); its
+    bytes (``total_bytes`` of them, SHA-256 ``checksum``) travel in order, ``offset`` being where
+    ``data`` starts. ``voters`` is the Raft configuration the snapshot was taken under.
+    """
+
+    sender: str
+    to: str
+    term: int
+    index: int
+    snapshot_term: int
+    voters: tuple[str, ...]
+    total_bytes: int
+    checksum: str  # SHA-256 hex of the whole snapshot
+    offset: int
+    data: bytes
+
+    @property
+    def last(self) -> bool:
+        return self.offset + len(self.data) == self.total_bytes
+
+
+@dataclass(frozen=True)
+class SnapshotResponse:
+    """The follower holds ``next_offset`` bytes of the snapshot at ``index`` (0: start again).
+
+    The last chunk is answered by an ``AppendResponse`` instead, once the snapshot is installed.
+    """
+
+    sender: str
+    to: str
+    term: int
+    index: int
+    next_offset: int
+
+
 Message = (
-    VoteRequest | VoteResponse | AppendRequest | AppendResponse | Heartbeat | HeartbeatResponse
+    VoteRequest
+    | VoteResponse
+    | AppendRequest
+    | AppendResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | SnapshotChunk
+    | SnapshotResponse
 )

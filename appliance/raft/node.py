@@ -57,13 +57,26 @@ A leader whose probe is answered with a rejection below the point that follower 
 acknowledged (``hint_index < match``: only a lost store forgets acknowledged entries, or the
 answer is a stale duplicate) forgets that match and probes from the hint, so a recovered
 follower catches up instead of being probed at its old match forever.
+
+Log compaction (thesis §5): the driver calls ``compact(index)`` for an index the application's
+durable checkpoint covers; the node forgets the entries up to it (the storage deletes them). A
+follower whose next entry the leader no longer holds gets the leader's snapshot instead — the
+storage's checkpoint, as opaque bytes — in ``SnapshotChunk`` messages of at most
+``snapshot_chunk_bytes``, one in flight at a time (resent after a heartbeat round without an
+answer). The follower collects the chunks in memory, in order, and verifies the SHA-256 of the
+whole before anything changes; a chunk out of order is answered with the offset it needs. With
+the last chunk the node takes the snapshot as its log (``RaftLog.restore``) and ``Ready.snapshot``
+tells the driver to install it — the storage replaces its checkpoint and its whole log in one
+atomic step, the application reloads its state — before it persists anything else or sends the
+``AppendResponse`` that tells the leader to replicate from the snapshot's index on. A crash at
+any point before that install leaves the old log and checkpoint intact; the leader starts over.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from appliance.raft import quorum
@@ -83,10 +96,13 @@ from appliance.raft.messages import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    SnapshotChunk,
+    SnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
 from appliance.raft.progress import Progress, ProgressState
+from appliance.raft.snapshot import Snapshot, snapshot_checksum
 from appliance.raft.storage import LogStorage
 from appliance.raft.validation import check_node_id
 
@@ -123,6 +139,7 @@ class RaftConfig:
     uncommitted_entries_max: int = 4096
     apply_entries_max: int = 256
     reads_pending_max: int = 1024
+    snapshot_chunk_bytes: int = 1 * MiB  # one SnapshotChunk's data (never above batch_bytes_max)
 
     def __post_init__(self) -> None:
         check_node_id(self.node_id)
@@ -144,6 +161,7 @@ class RaftConfig:
             "uncommitted_entries_max",
             "apply_entries_max",
             "reads_pending_max",
+            "snapshot_chunk_bytes",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be positive")
@@ -189,13 +207,31 @@ class Ready:
     # The node finished recovering (see module docstring): the driver clears the storage's
     # recovering flag durably, after persisting the above and before sending the messages.
     recovered: bool = False
+    # A leader's snapshot, complete and verified: the driver installs it (storage replaces its
+    # checkpoint and whole log atomically; the application reloads its state) BEFORE the
+    # hard state and entries above are persisted and before any message is sent.
+    snapshot: Snapshot | None = None
 
     @property
     def must_persist(self) -> bool:
-        return self.persist_hard_state or bool(self.entries) or self.truncate_from is not None
+        return (
+            self.persist_hard_state
+            or bool(self.entries)
+            or self.truncate_from is not None
+            or self.snapshot is not None
+        )
 
     def stored_entries(self) -> list[tuple[int, int, bytes]]:
         return [(e.index, e.term, e.payload) for e in self.entries]
+
+
+@dataclass
+class _IncomingSnapshot:
+    """A follower's snapshot in transfer: the chunks received so far, in order."""
+
+    key: tuple[int, int, str, int, tuple[str, ...]]  # index, term, checksum, total, voters
+    chunks: list[bytes] = field(default_factory=list)
+    received: int = 0
 
 
 class RaftNode:
@@ -211,7 +247,10 @@ class RaftNode:
         self.id = config.node_id
         self.peers = tuple(v for v in config.voters if v != self.id)
         self._rng = rng
+        self._storage = storage
         self.log = RaftLog(storage, applied_index=applied_index)
+        self._incoming: _IncomingSnapshot | None = None  # a follower's partial snapshot
+        self._snapshot_cache: Snapshot | None = None  # a leader's image, reused across peers
         term, voted_for = storage.hard_state()
         if voted_for is not None and voted_for not in config.voters:
             raise RaftInvariantError(f"stored vote for {voted_for!r}, not a voter")
@@ -333,6 +372,19 @@ class RaftNode:
         else:
             self._start_reads([request_id])
 
+    def compact(self, index: int) -> int:
+        """Forget log entries up to ``index`` (applied, and covered by the storage's durable
+        checkpoint: the caller checks ``snapshot_index_available``); returns the term at
+        ``index``. The caller then calls ``storage.compact(index, term, voters)``."""
+        self._check_no_outstanding_ready()
+        available = self._storage.snapshot_index_available()
+        if index > available:
+            raise RaftInvariantError(
+                f"compaction to {index} beyond the durable checkpoint at {available}"
+            )
+        self._snapshot_cache = None
+        return self.log.compact(index)
+
     # -- the ready/advance handshake ----------------------------------------------------------
 
     def has_ready(self) -> bool:
@@ -346,6 +398,7 @@ class RaftNode:
             or self._reads_failed
             or HardState(self.term, self.voted_for) != self._persisted
             or self.log.unstable_entries()
+            or self.log.pending_snapshot is not None
             or self.log.truncate_from() is not None
             or self.log.applied < min(self.log.commit, self.log.stable_last)
             or self._soft_state() != self._last_soft
@@ -369,6 +422,7 @@ class RaftNode:
             reads_failed=tuple(self._reads_failed),
             soft_state=self._soft_state(),
             recovered=self._recovery_done,
+            snapshot=self.log.pending_snapshot,
         )
         self._recovery_done = False
         self._messages = []
@@ -382,6 +436,8 @@ class RaftNode:
         if ready is not self._outstanding:
             raise RaftUsageError("advance() must be given the Ready returned by ready()")
         self._outstanding = None
+        if ready.snapshot is not None:
+            self.log.snapshot_installed()
         if ready.entries or ready.truncate_from is not None:
             self.log.stable_to(ready.entries[-1].index if ready.entries else self.log.last_index())
         if ready.persist_hard_state:
@@ -425,6 +481,7 @@ class RaftNode:
         self._votes = {}
         self._progress = {}
         self._append_pending = False
+        self._incoming = None  # a transfer belongs to one leader's term
         self._fail_reads()
 
     def _become_follower(self, term: int, leader_id: str | None) -> None:
@@ -498,14 +555,14 @@ class RaftNode:
             return True
         if isinstance(m, VoteResponse) and m.pre_vote and m.granted:
             return True  # a granted pre-vote is answered at the term we asked about
-        leader = m.sender if isinstance(m, AppendRequest | Heartbeat) else None
+        leader = m.sender if isinstance(m, AppendRequest | Heartbeat | SnapshotChunk) else None
         self._become_follower(m.term, leader)
         return True
 
     def _answer_lower_term(self, m: Message) -> None:
         # A stale leader learns our term from this answer and steps down; a node that raised its
         # term alone and was ignored would otherwise never rejoin (thesis §9.6).
-        if isinstance(m, AppendRequest | Heartbeat):
+        if isinstance(m, AppendRequest | Heartbeat | SnapshotChunk):
             self._send(AppendResponse(self.id, m.sender, self.term, False, 0))
         elif isinstance(m, VoteRequest) and m.pre_vote:
             self._send(VoteResponse(self.id, m.sender, self.term, False, True))
@@ -544,6 +601,10 @@ class RaftNode:
             self._election_elapsed = 0
             self.leader_id = m.sender
             self._handle_heartbeat(m)
+        elif isinstance(m, SnapshotChunk):
+            self._election_elapsed = 0
+            self.leader_id = m.sender
+            self._handle_snapshot_chunk(m)
         # Responses addressed to a former role are stale here: ignored.
 
     def _handle_append(self, m: AppendRequest) -> None:
@@ -578,6 +639,46 @@ class RaftNode:
             # the term: recording it as our vote keeps us from electing a second leader in it.
             self.voted_for = m.sender
 
+    def _handle_snapshot_chunk(self, m: SnapshotChunk) -> None:
+        if m.index <= self.log.commit:
+            self._incoming = None  # we hold everything it covers
+            self._send(AppendResponse(self.id, m.sender, self.term, True, self.log.commit))
+            return
+        if self.log.term_at(m.index) == m.snapshot_term:
+            # We hold the entry the snapshot ends with, so (log matching) all before it too.
+            self._incoming = None
+            self.log.commit_to(m.index)
+            self._send(AppendResponse(self.id, m.sender, self.term, True, m.index))
+            return
+        key = (m.index, m.snapshot_term, m.checksum, m.total_bytes, m.voters)
+        if m.offset == 0:
+            self._incoming = _IncomingSnapshot(key)
+        incoming = self._incoming
+        if incoming is None or incoming.key != key or m.offset != incoming.received:
+            expected = incoming.received if incoming is not None and incoming.key == key else 0
+            self._send(SnapshotResponse(self.id, m.sender, self.term, m.index, expected))
+            return
+        incoming.chunks.append(m.data)
+        incoming.received += len(m.data)
+        if incoming.received < m.total_bytes:
+            self._send(
+                SnapshotResponse(self.id, m.sender, self.term, m.index, incoming.received)
+            )
+            return
+        self._incoming = None
+        data = b"".join(incoming.chunks)
+        if len(data) != m.total_bytes or snapshot_checksum(data) != m.checksum:
+            self._send(SnapshotResponse(self.id, m.sender, self.term, m.index, 0))  # start over
+            return
+        if tuple(m.voters) != self.config.voters:
+            raise RaftInvariantError(
+                f"snapshot {m.index} from {m.sender} names voters {m.voters}, "
+                f"this node has {self.config.voters}"
+            )
+        self.log.restore(Snapshot(m.index, m.snapshot_term, tuple(m.voters), data))
+        # Sent only after the driver installed the snapshot (the Ready's persist step).
+        self._send(AppendResponse(self.id, m.sender, self.term, True, m.index))
+
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         self.log.commit_to(min(m.commit, self.log.last_index()))
         self._send(HeartbeatResponse(self.id, m.sender, self.term, m.read_seq))
@@ -585,7 +686,7 @@ class RaftNode:
     # -- pre-candidate and candidate ---------------------------------------------------------
 
     def _step_candidate(self, m: Message) -> None:
-        if isinstance(m, AppendRequest | Heartbeat):
+        if isinstance(m, AppendRequest | Heartbeat | SnapshotChunk):
             self._become_follower(self.term, m.sender)
             self._step_follower(m)
             return
@@ -625,7 +726,7 @@ class RaftNode:
             self._broadcast_heartbeat()
 
     def _step_leader(self, m: Message) -> None:
-        if isinstance(m, AppendRequest | Heartbeat):
+        if isinstance(m, AppendRequest | Heartbeat | SnapshotChunk):
             raise RaftInvariantError(
                 f"two leaders in term {self.term}: {self.id!r} and {m.sender!r}"
             )
@@ -638,8 +739,38 @@ class RaftNode:
         elif isinstance(m, HeartbeatResponse):
             pr.recent_active = True
             self._handle_heartbeat_response(m.sender, pr, m)
+        elif isinstance(m, SnapshotResponse):
+            pr.recent_active = True
+            self._handle_snapshot_response(m.sender, pr, m)
+
+    def _handle_snapshot_response(self, peer: str, pr: Progress, m: SnapshotResponse) -> None:
+        snapshot = pr.snapshot
+        if pr.state is not ProgressState.SNAPSHOT or snapshot is None:
+            return  # stale: the transfer it answers is over
+        if m.index != snapshot.index:
+            return
+        pr.snapshot_offset = min(m.next_offset, len(snapshot.data))
+        pr.snapshot_sent = False
+        self._send_append(peer)
 
     def _handle_append_response(self, peer: str, pr: Progress, m: AppendResponse) -> None:
+        if pr.state is ProgressState.SNAPSHOT:
+            # Only a success at or beyond the snapshot (it was installed, or not needed) ends
+            # the transfer; anything else answers an append from before it.
+            snapshot = pr.snapshot
+            if m.success and snapshot is not None and m.index >= snapshot.index:
+                pr.maybe_update(m.index)
+                pr.become_replicate()
+                pr.commit_sent = 0  # a snapshot carries no commit index
+                self._maybe_commit()
+                if pr.next > self.log.last_index():
+                    # Nothing to append: say the commit index in an append at once (what ends a
+                    # recovering follower's catch-up, module docstring) instead of a heartbeat
+                    # round later.
+                    self._send_empty_append(peer, pr)
+                else:
+                    self._send_append(peer)
+            return
         if not m.success:
             probe_at = m.hint_index
             if m.hint_term > 0:
@@ -669,6 +800,10 @@ class RaftNode:
         if m.read_seq > pr.read_seq_acked:
             pr.read_seq_acked = m.read_seq
             self._release_reads()
+        if pr.state is ProgressState.SNAPSHOT:
+            pr.snapshot_sent = False  # a heartbeat round without an answer: resend the chunk
+            self._send_append(peer)
+            return
         if pr.match >= self.log.last_index():
             if pr.commit_sent < self.log.commit:
                 # Caught up, but no append told it the current commit index: a heartbeat's
@@ -689,13 +824,17 @@ class RaftNode:
 
     def _send_empty_append(self, peer: str, pr: Progress) -> None:
         prev_index = pr.next - 1
+        if prev_index < self.log.snapshot_index:
+            self._send_append(peer)  # compacted away: the follower needs the snapshot
+            return
         prev_term = self.log.term_at(prev_index)
         if prev_term is None:
             raise RaftInvariantError(f"no term for {peer}'s prev_index {prev_index}")
         self._send(
             AppendRequest(self.id, peer, self.term, prev_index, prev_term, (), self.log.commit)
         )
-        pr.commit_sent = max(pr.commit_sent, self.log.commit)
+        if prev_index >= self.log.commit:
+            pr.commit_sent = max(pr.commit_sent, self.log.commit)
 
     def _flush_appends(self) -> None:
         if self._append_pending and self.role is Role.LEADER:
@@ -712,6 +851,14 @@ class RaftNode:
     def _send_one_append(self, peer: str) -> bool:
         """Send one append if the follower's progress allows it; True if another may follow."""
         pr = self._progress[peer]
+        if pr.state is ProgressState.SNAPSHOT:
+            self._send_snapshot_chunk(peer, pr)
+            return False
+        if pr.next - 1 < self.log.snapshot_index:
+            # The entries this follower needs next are compacted away (thesis §5.3).
+            pr.become_snapshot(self._leader_snapshot())
+            self._send_snapshot_chunk(peer, pr)
+            return False
         if pr.state is ProgressState.PROBE and pr.probe_sent:
             return False
         if (
@@ -737,9 +884,51 @@ class RaftNode:
                 self.id, peer, self.term, prev_index, prev_term, tuple(entries), self.log.commit
             )
         )
-        pr.on_sent(entries[-1].index if entries else prev_index)
-        pr.commit_sent = max(pr.commit_sent, self.log.commit)
+        last_sent = entries[-1].index if entries else prev_index
+        pr.on_sent(last_sent)
+        if last_sent >= self.log.commit:
+            # Only an append that reaches the commit index can end a recovering follower's
+            # catch-up (it must hold the leader's log up to it); one that stops short, e.g. a
+            # resent older batch, does not count as having told it the commit index.
+            pr.commit_sent = max(pr.commit_sent, self.log.commit)
         return pr.state is ProgressState.REPLICATE
+
+    def _leader_snapshot(self) -> Snapshot:
+        """The storage's checkpoint as a snapshot (reused while the checkpoint is the same)."""
+        cached = self._snapshot_cache
+        if cached is not None and cached.index == self._storage.snapshot_index_available():
+            return cached
+        index, term, data = self._storage.snapshot()
+        if index < self.log.snapshot_index or self.log.term_at(index) != term:
+            raise RaftInvariantError(
+                f"storage snapshot at {index} (term {term}) does not continue the log "
+                f"compacted to {self.log.snapshot_index} (term there {self.log.term_at(index)})"
+            )
+        self._snapshot_cache = Snapshot(index, term, self.config.voters, data)
+        return self._snapshot_cache
+
+    def _send_snapshot_chunk(self, peer: str, pr: Progress) -> None:
+        snapshot = pr.snapshot
+        if snapshot is None or pr.snapshot_sent:
+            return
+        start = pr.snapshot_offset
+        chunk_bytes = min(self.config.snapshot_chunk_bytes, self.config.batch_bytes_max)
+        data = snapshot.data[start : start + chunk_bytes]
+        self._send(
+            SnapshotChunk(
+                self.id,
+                peer,
+                self.term,
+                snapshot.index,
+                snapshot.term,
+                snapshot.voters,
+                len(snapshot.data),
+                snapshot.checksum,
+                start,
+                data,
+            )
+        )
+        pr.snapshot_sent = True
 
     def _broadcast_heartbeat(self) -> None:
         for peer, pr in self._progress.items():

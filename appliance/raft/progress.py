@@ -5,7 +5,10 @@ append at ``next`` and waits for the answer (or the next heartbeat answer) befor
 REPLICATE: the match point is known; the leader streams batches optimistically, at most
 ``inflight_max`` unacknowledged ones, advancing ``next`` as it sends. A rejection, or a heartbeat
 round in which ``match`` did not move while entries are outstanding (a lost batch), drops back to
-PROBE at ``match + 1``.
+PROBE at ``match + 1``. SNAPSHOT: the follower needs entries the leader has compacted away
+(thesis §5.3); the leader sends its snapshot one chunk at a time (``snapshot_offset`` bytes
+acknowledged, one chunk in flight) until the follower answers that it installed it, then
+replicates from the snapshot's index.
 
 Invariant: ``0 <= match < next``.
 """
@@ -16,11 +19,13 @@ import enum
 from collections import deque
 
 from appliance.raft.errors import RaftInvariantError
+from appliance.raft.snapshot import Snapshot
 
 
 class ProgressState(enum.Enum):
     PROBE = "probe"
     REPLICATE = "replicate"
+    SNAPSHOT = "snapshot"
 
 
 class Progress:
@@ -33,15 +38,27 @@ class Progress:
         self.recent_active = False  # heard from in the current check-quorum window
         self.read_seq_acked = 0
         self.match_at_last_heartbeat = -1
-        self.commit_sent = 0  # highest commit index an append to this follower carried
+        self.commit_sent = 0  # highest commit index an append reaching it carried to this follower
+        self.snapshot: Snapshot | None = None  # SNAPSHOT: the image being sent
+        self.snapshot_offset = 0  # bytes of it the follower holds
+        self.snapshot_sent = False  # a chunk is in flight
+
+    def become_snapshot(self, snapshot: Snapshot) -> None:
+        self.state = ProgressState.SNAPSHOT
+        self.snapshot = snapshot
+        self.snapshot_offset = 0
+        self.snapshot_sent = False
+        self.inflight.clear()
 
     def become_probe(self) -> None:
+        self.snapshot = None
         self.state = ProgressState.PROBE
         self.next = self.match + 1
         self.probe_sent = False
         self.inflight.clear()
 
     def become_replicate(self) -> None:
+        self.snapshot = None
         self.state = ProgressState.REPLICATE
         self.next = self.match + 1
         self.inflight.clear()

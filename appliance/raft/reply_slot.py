@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import threading
 
-from appliance.raft.messages import AppendResponse, HeartbeatResponse, Message, VoteResponse
+from appliance.raft.messages import (
+    AppendResponse,
+    HeartbeatResponse,
+    Message,
+    SnapshotResponse,
+    VoteResponse,
+)
 
-ANSWER_KINDS = (AppendResponse, HeartbeatResponse, VoteResponse)
+ANSWER_KINDS = (AppendResponse, HeartbeatResponse, VoteResponse, SnapshotResponse)
 
 
 class ReplySlot:

@@ -21,6 +21,8 @@ def may_send_before_persist(ready: Ready) -> bool:
         return False  # no entries to persist: nothing to overlap, keep the usual order
     if ready.persist_hard_state or ready.truncate_from is not None or ready.recovered:
         return False
+    if ready.snapshot is not None:
+        return False
     if ready.soft_state.role is not Role.LEADER:
         return False
     term = ready.hard_state.term

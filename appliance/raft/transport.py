@@ -11,7 +11,8 @@ and any later answer travels as a ``POST`` of its own. Either way the HTTP statu
 like any other. Carrying answers back this way halves the HTTP exchanges per replicated entry.
 Routes (SPEC §5, issue 4):
 
-    POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse
+    POST /raft/v1/append   AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse,
+                           SnapshotChunk, SnapshotResponse
     POST /raft/v1/vote     VoteRequest, VoteResponse (pre-vote and vote)
     GET  /raft/v1/status   JSON: node_id, role, term, leader_id, commit_index, applied_index,
                            last_log_index
@@ -39,6 +40,7 @@ minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limi
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -57,6 +59,8 @@ from appliance.raft.messages import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    SnapshotChunk,
+    SnapshotResponse,
     VoteRequest,
     VoteResponse,
 )
@@ -75,9 +79,17 @@ log = logging.getLogger(__name__)
 APPEND_PATH = "/raft/v1/append"
 VOTE_PATH = "/raft/v1/vote"
 STATUS_PATH = "/raft/v1/status"
-APPEND_KINDS = (AppendRequest, AppendResponse, Heartbeat, HeartbeatResponse)
+APPEND_KINDS = (
+    AppendRequest,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    SnapshotChunk,
+    SnapshotResponse,
+)
 VOTE_KINDS = (VoteRequest, VoteResponse)
-QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat)  # answered by one of ANSWER_KINDS
+# answered by one of ANSWER_KINDS
+QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat, SnapshotChunk)
 # How long a request waits for its answer (normally one follower fsync); below the client's
 # 2 s read timeout, so a slow disk costs a one-way answer later, never a failed send.
 REPLY_WAIT_S = 1.0
@@ -252,7 +264,10 @@ class HttpTransport:
         peer_queue_max: int = PEER_QUEUE_MAX,
         backoff_s: float = SEND_BACKOFF_S,
         clock: Clock = time.monotonic,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: mutual TLS to every peer (appliance.http.tls.client_context with
+        ``check_hostname=False``); each peer's certificate must name that peer."""
         if peer_queue_max < 1:
             raise ValueError("peer_queue_max must be >= 1")
         self._node_id = node_id
@@ -262,7 +277,9 @@ class HttpTransport:
         self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
         self._pipelines = {
-            peer: PeerPipeline(peer, _connection_to(addr), self, peer_queue_max, backoff_s)
+            peer: PeerPipeline(
+                peer, _connection_to(addr, peer, ssl_context), self, peer_queue_max, backoff_s
+            )
             for peer, addr in peers.items()
         }
 
@@ -379,7 +396,9 @@ def host_port(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def _connection_to(addr: str) -> PeerConnection:
+def _connection_to(
+    addr: str, peer: str, ssl_context: ssl.SSLContext | None = None
+) -> PeerConnection:
     host, port = host_port(addr)
     return PeerConnection(
         host,
@@ -387,6 +406,8 @@ def _connection_to(addr: str) -> PeerConnection:
         connect_timeout_ms=CONNECT_TIMEOUT_MS,
         read_timeout_ms=READ_TIMEOUT_MS,
         response_bytes_max=ANSWER_BYTES_MAX,
+        ssl_context=ssl_context,
+        peer_identity=peer if ssl_context is not None else None,
     )
 
 

@@ -17,7 +17,14 @@ from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
 from appliance.http import HttpServer
+from appliance.http.tls import (
+    cluster_client_context,
+    cluster_listener_context,
+    cluster_peer_check,
+)
 from appliance.raft.codec import BODY_BYTES_MAX
+from appliance.raft.compaction import CompactionPolicy
+from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, create_raft_app, host_port
@@ -37,6 +44,7 @@ class RaftMember:
         contract_digest: str,
         applied_index: int = 0,
         on_fatal: Callable[[BaseException], None] | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         voters = cfg.voters
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
@@ -49,6 +57,7 @@ class RaftMember:
                 peers=peers,
                 digest=contract_digest,
                 cluster_token=credentials.cluster,
+                ssl_context=cluster_client_context(cfg.tls),
             )
         self.replication = RaftReplication(
             node_id=cfg.node_id,
@@ -63,6 +72,12 @@ class RaftMember:
             rng=random.Random(),
             on_fatal=on_fatal,
             peer_gone=self.probe.gone if self.probe is not None else None,
+            compaction=CompactionPolicy(
+                snapshot_entries=cfg.raft.snapshot_entries,
+                trailing_entries=cfg.raft.trailing_entries,
+                snapshot_bytes=cfg.raft.snapshot_bytes,
+            ),
+            restore=restore,
         )
         known = {
             "cluster": credentials.cluster,
@@ -94,6 +109,8 @@ class RaftMember:
             # Each peer may hold one worker while its request waits for our answer (one
             # driver cycle); four more serve status reads and one-way messages meanwhile.
             threads=4 + len(peers),
+            ssl_context=cluster_listener_context(cfg.tls),
+            peer_check=cluster_peer_check(voters) if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:

@@ -14,7 +14,8 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from appliance.raft.driver import RaftDriver, Transport
+from appliance.raft.compaction import CompactionPolicy
+from appliance.raft.driver import RaftDriver, RestoreHook, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
 from appliance.raft.reply_slot import ReplySlot
@@ -45,6 +46,8 @@ class RaftReplication:
         rng: random.Random | None = None,
         on_fatal: Callable[[BaseException], None] | None = None,
         peer_gone: Callable[[str], bool] | None = None,
+        compaction: CompactionPolicy | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         config = RaftConfig(
             node_id=node_id,
@@ -64,6 +67,8 @@ class RaftReplication:
             on_fatal=on_fatal,
             campaign_at_start=tuple(voters) == (node_id,),
             peer_gone=peer_gone,
+            compaction=compaction,
+            restore=restore,
         )
         self.driver.subscribe(self._remember)
 

@@ -5,9 +5,10 @@ Theory of operation
 The checkpoint is a cache of the state the committed log produces, not the record of any
 decision: a command is decided once a quorum has it durably in its logs, before any replica
 applies it. A checkpoint that lags the applied state is therefore safe as long as the log still
-holds every entry after the checkpoint's applied index — the log is never compacted
-(appliance/raft/storage.py), and a restart re-applies the committed entries after the
-checkpoint's applied index, exactly as after a crash between a commit and its apply.
+holds every entry after the checkpoint's applied index — the log is only ever compacted up to
+the *durable* checkpoint (``LogStorage.snapshot_index_available``, docs/raft.md), and a restart
+re-applies the committed entries after the checkpoint's applied index, exactly as after a crash
+between a commit and its apply.
 
 So the apply hook hands each transition (the parts it touched, with their bytes as of that
 apply) to this writer and returns at once; the proposal's answer no longer waits for a

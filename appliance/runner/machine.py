@@ -6,10 +6,12 @@ whichever thread holds the Raft node's turn (one at a time). Apply is the core's
 checkpoint writer (appliance/runner/checkpoint_writer.py), which writes it durably off the Raft
 path, several transitions merged into one commit when they queue up. The checkpoint may lag the
 applied state by what is queued; a restart resumes from the checkpoint's applied index and
-re-applies the committed log entries after it (the log is never compacted), which ends in exactly
-the state that was acknowledged. A command the core refuses (a failed compare-and-set) changes
-nothing and is *reported*, not raised: a refusal is an ordinary, replicated result, identical on
-every voter, and raising would stop the Raft driver.
+re-applies the committed log entries after it (the log is compacted only up to the durable
+checkpoint), which ends in exactly the state that was acknowledged. A follower behind the leader's
+compacted log gets the leader's checkpoint as a snapshot instead (``restore``). A command the
+core refuses (a failed compare-and-set) changes nothing and is *reported*, not raised: a refusal
+is an ordinary, replicated result, identical on every voter, and raising would stop the Raft
+driver.
 
 A command of a kind this binary does not know is the one exception: reporting it as a refusal
 would make this voter's state differ from the voters that apply it (a newer binary's), so apply
@@ -36,9 +38,15 @@ from appliance.core.limits import Limits
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
-from appliance.store.versions import READER_VERSION_CANCELLING, READER_VERSION_CHARGING
+from appliance.store.versions import (
+    READER_VERSION_CANCELLING,
+    READER_VERSION_CHARGING,
+    READER_VERSION_COMMANDS,
+)
 
 T = TypeVar("T")
+RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
+
 __all__ = [
     "Accepted",
     "Machine",
@@ -91,6 +99,8 @@ class Machine:
         self.lock = threading.RLock()
         # Tests pass a smaller set to play an older binary; production knows every registered kind.
         self._known_kinds = command_kinds() if known_kinds is None else known_kinds
+        self._store = store
+        self._limits = limits
         self._writer = CheckpointWriter(store, on_fatal) if store is not None else None
         applied, parts = store.load_checkpoint() if store is not None else (0, {})
         self.applied_index = applied
@@ -138,11 +148,30 @@ class Machine:
         # by rules 1 and decide growth commands differently (appliance/core/charging.py).
         if core.needs_charging_reader(self.state):
             return READER_VERSION_CHARGING
-        # Raised only while a Cancelling record exists; older binaries cannot read it (SPEC §4).
-        needs = getattr(core, "needs_cancelling_reader", None)
-        if needs is None or not needs(self.state):
-            return None
-        return READER_VERSION_CANCELLING
+        # Raised only while the checkpoint holds what older binaries cannot read (SPEC §4): the
+        # new commands' parts and fields (appliance/core/features.py), or a Cancelling record.
+        if core.needs_commands_reader(self.state):
+            return READER_VERSION_COMMANDS
+        if core.needs_cancelling_reader(self.state):
+            return READER_VERSION_CANCELLING
+        return None
+
+    def restore(self, snapshot: Any, install: Callable[[], None]) -> None:
+        """Raft's snapshot hook (a follower behind the leader's compacted log): write what is
+        still queued for older indexes, let ``install`` replace the store's checkpoint and log
+        with the snapshot, then take the state from the new checkpoint."""
+        if self._writer is not None and not self._writer.flush(RESTORE_FLUSH_S):
+            raise RuntimeError("the checkpoint writer did not finish before a snapshot install")
+        install()
+        with self.lock:
+            if self._store is None:
+                raise RuntimeError("a snapshot install needs a store")
+            applied, parts = self._store.load_checkpoint()
+            if applied != snapshot.index:
+                raise RuntimeError(f"checkpoint at {applied} after installing {snapshot.index}")
+            self.state = state_from_parts(self._limits, parts)
+            self.applied_index = applied
+            self._checkpoint_complete = bool(parts)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the checkpoint holds every transition applied so far."""

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.core.errors import CoreError, InvalidDefinition
+from appliance.runner.command_args import ArgumentError
 from appliance.runner.command_table import COMMANDS, MUTATIONS
 
 __all__ = [
@@ -86,12 +88,18 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
     for key in document:
         if key != "action" and key not in expected:
             raise OperatorError(400, "invalid_command", f"{key}: unknown field for {action}")
-    for key in expected:
+    spec = COMMANDS[action]
+    for key in spec.required:
         if key not in document:
             raise OperatorError(400, "invalid_command", f"{key}: required for {action}")
     args = {k: v for k, v in document.items() if k != "action"}
-    for key in COMMANDS[action].id_fields:
+    for key in spec.id_fields:
         _id(args[key], key)
+    if spec.check is not None:
+        try:
+            spec.check(args)
+        except ArgumentError as err:
+            raise OperatorError(400, "invalid_command", str(err)) from None
     if action == "acknowledge_stopped" and args["dispatcher_and_work_quiesced"] is not True:
         raise OperatorError(
             400,
@@ -105,14 +113,25 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
 
 
 def build_mutation(
-    command: OperatorCommand, at_s: int, check_definition: Callable[[Any], Any]
+    command: OperatorCommand,
+    at_s: int,
+    check_definition: Callable[[Any], Any],
+    planned: Callable[[Callable[..., Any], dict[str, Any], int], Any] | None = None,
 ) -> Any:
-    """The core command a mutating operator command commits (its row's ``build``);
-    ``check_definition`` parses a create's definition or raises ``OperatorError``."""
+    """The core command a mutating operator command commits (its row's ``build``, or its
+    ``plan`` run through ``planned(plan, args, at_s)``, which gives it the committed state and
+    the calendar); ``check_definition`` parses a create's definition or raises ``OperatorError``.
+    A plan's refusal (a ``CoreError``) is a definite 400: nothing was proposed."""
     spec = COMMANDS[command.action]
-    if spec.build is None:
-        raise OperatorError(400, "invalid_command", f"action: {command.action} changes nothing")
     args = dict(command.args)
     if "definition" in spec.fields:
         args["definition"] = check_definition(args["definition"])
+    if spec.plan is not None and planned is not None:
+        try:
+            return planned(spec.plan, args, at_s)
+        except CoreError as err:
+            code = "invalid_definition" if isinstance(err, InvalidDefinition) else "refused"
+            raise OperatorError(400, code, str(err)) from None
+    if spec.build is None:
+        raise OperatorError(400, "invalid_command", f"action: {command.action} changes nothing")
     return spec.build(args, at_s)

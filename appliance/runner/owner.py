@@ -383,8 +383,8 @@ class Owner(RequestDecisions):
 
     def _observe(self, now_s: int) -> Chain[None]:
         pulse = self._pulse
-        if pulse is None:
-            return
+        if pulse is None or self._read(core.paused_since) is not None:
+            return  # paused: nothing is selected (resume decides about the span)
         plan = self._read(lambda st: pulse.plan(st, self._compiled, now_s))
         if plan is None:
             return
@@ -439,7 +439,7 @@ class Owner(RequestDecisions):
     def _dispatch_claimed(self, record: Any) -> None:
         """Dispatch a claim this owner just committed (its committed binding, its code)."""
         binding = self._read(lambda st: ownership.binding_of(st, record))
-        code = self._code_of(record.schedule_id)
+        code = self._code_of(record.id)
         if binding is None or code is None:  # cannot happen right after the commit; never guess
             self._emit_log("binding_unknown", occurrence=record.id, attempt=record.attempt)
             self._orphans_possible = True
@@ -454,12 +454,10 @@ class Owner(RequestDecisions):
         )
         self._start_exec(record, binding, code)
 
-    def _code_of(self, schedule_id: int) -> str | None:
-        return self._read(
-            lambda st: (
-                st.schedules[schedule_id].definition.code if schedule_id in st.schedules else None
-            )
-        )
+    def _code_of(self, occurrence_id: int) -> str | None:
+        """The code the occurrence was created with: an update keeps it for live records
+        (appliance/core/live_code.py), so the dispatch matches the claim's digest."""
+        return self._read(lambda st: core.record_code(st, occurrence_id))
 
     def _retry_due(self, now_s: int) -> Chain[None]:
         due = self._read(lambda st: st.next_retry_due_s())
@@ -482,7 +480,8 @@ class Owner(RequestDecisions):
                     else None,
                 )
             )
-            if record is None or schedule is None:
+            code = self._code_of(oid)
+            if record is None or schedule is None or code is None:
                 continue
             binding = make_binding(
                 self.cfg.remote,
@@ -492,13 +491,13 @@ class Owner(RequestDecisions):
                 attempt=attempt,
                 owner=self.node_id,
                 epoch=epoch,
-                code=schedule.definition.code,
+                code=code,
                 due_s=record.due_s,
             )
-            planned.append((record, schedule, binding))
+            planned.append((record, code, binding))
         commands = [ownership.claim_command(r, b, now_s) for r, _, b in planned]
         outcomes = yield from self._proposals(commands)
-        for (record, schedule, binding), outcome in zip(planned, outcomes, strict=True):
+        for (record, code, binding), outcome in zip(planned, outcomes, strict=True):
             oid, attempt = record.id, record.attempt
             try:
                 result = self._interpret(outcome)
@@ -514,12 +513,12 @@ class Owner(RequestDecisions):
             self._emit_log(
                 "claim",
                 occurrence=oid,
-                schedule=schedule.id,
+                schedule=record.schedule_id,
                 attempt=attempt,
                 epoch=self.epoch,
                 late_ms=self._late_ms(record.due_s),
             )
-            self._start_exec(record, binding, schedule.definition.code)
+            self._start_exec(record, binding, code)
 
     def _adopt_orphans(self) -> None:
         """Dispatch this epoch's committed claims whose proposal outcome was unknown here.
@@ -540,7 +539,7 @@ class Owner(RequestDecisions):
                 continue
             if self._read(lambda st, r=record: ownership.permit_may_exist(st, r.id, r.attempt)):
                 continue
-            code = self._code_of(record.schedule_id)
+            code = self._code_of(record.id)
             if code is None:
                 continue
             self._emit_log("claim_adopted", occurrence=record.id, attempt=record.attempt)

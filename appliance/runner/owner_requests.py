@@ -10,17 +10,19 @@ is ``list`` (the local, possibly stale, view), ``status`` (after a read barrier)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
+from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.runner import ownership
 from appliance.runner.applied import Refused
+from appliance.runner.command_table import PREVIEWS
 from appliance.runner.operator import (
     MUTATIONS,
     OperatorCommand,
@@ -134,9 +136,34 @@ class RequestDecisions(AttemptDecisions):
             return (yield from self._status())
         if self._draining:
             raise OperatorError(503, "draining", "the runner is shutting down", accepted=False)
+        if action in PREVIEWS:
+            return self._preview(command)
         if action not in MUTATIONS:
             raise OperatorError(400, "invalid_command", f"action: {action} is not a mutation")
         return (yield from self._mutate(command))
+
+    def _planned(self, plan: Callable[..., Any], args: dict[str, Any], at_s: int) -> Any:
+        """A table row's plan, on the committed state with this owner's calendars."""
+
+        def compiled(schedule_id: int) -> Any:
+            return self._read(lambda st: self._compiled_for(st.schedules[schedule_id].definition))
+
+        return self._read(lambda st: plan(args, at_s, st, compiled))
+
+    def _preview(self, command: OperatorCommand) -> dict[str, Any]:
+        """``backfill_preview``: the backfill's plan and its apply on a transaction that is never
+        committed (appliance/core/schedule_commands.py), answered without proposing anything."""
+        cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
+        report = self._read(lambda st: core.preview_backfill(st, cmd))
+        if isinstance(report, CoreError):
+            return error_reply(400, "refused", str(report))
+        return {
+            "ok": True,
+            "action": command.action,
+            "id": cmd.schedule_id,
+            "preview": True,
+            **backfill_json(cmd, report),
+        }
 
     def _status(self) -> Chain[dict[str, Any]]:
         done = yield from self._barrier()
@@ -167,13 +194,15 @@ class RequestDecisions(AttemptDecisions):
                 "by_state": counts.by_state,
             },
         }
+        paused = self._read(core.paused_since)
+        reply["paused"] = None if paused is None else {"since": instant_text(paused)}
         if self.time_scale != 1.0:
             reply["time_scale"] = self.time_scale
         return reply
 
     def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action, args = command.action, command.args
-        cmd = build_mutation(command, self._now_s(), self._check_definition)
+        cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
         try:
             result = yield from self._propose(cmd)
         except NotOwner:
@@ -198,6 +227,9 @@ class RequestDecisions(AttemptDecisions):
         return definition
 
     def _after_mutation(self, action: str, args: dict[str, Any], value: Any) -> dict[str, Any]:
+        extended = self._after_extended(action, args, value)
+        if extended is not None:
+            return extended
         if action == "create":
             self._rebuild_pulse()
             return {"ok": True, "action": action, "id": value}
@@ -215,6 +247,48 @@ class RequestDecisions(AttemptDecisions):
         if action == "acknowledge_stopped":
             self._work.pop(oid, None)
         return reply
+
+
+    def _after_extended(
+        self, action: str, args: dict[str, Any], value: Any
+    ) -> dict[str, Any] | None:
+        """The replies of the commands beyond the seeds (None for the others). A run_now or
+        backfill occurrence is claimed by the next pulse's claim pass, like any Pending one."""
+        if action in ("enable", "update"):
+            self._rebuild_pulse()  # the schedule's cursor or calendar changed
+            key = "enabled" if action == "enable" else "changed"
+            return {"ok": True, "action": action, "id": args["id"], key: value}
+        if action == "pause":
+            return {"ok": True, "action": action, "paused": True, "changed": value}
+        if action == "resume":
+            self._rebuild_pulse()
+            return {"ok": True, "action": action, "paused": False, "moved": list(value)}
+        if action == "run_now":
+            return {
+                "ok": True,
+                "action": action,
+                "id": value.schedule_id,
+                "occurrence_id": value.occurrence_id,
+                "reason": value.reason,
+                "repeated": value.repeated,
+            }
+        if action == "backfill":
+            return {"ok": True, "action": action, "id": args["id"], **backfill_json(None, value)}
+        return None
+
+
+def backfill_json(cmd: Any, report: Any) -> dict[str, Any]:
+    """A backfill's (or its preview's) answer: instants as RFC 3339 text."""
+    out: dict[str, Any] = {
+        "created": [
+            {"occurrence_id": oid, "due": instant_text(slot)} for oid, slot in report.created
+        ],
+        "existing": [instant_text(slot) for slot in report.existing],
+        "overlap": [instant_text(slot) for slot in report.overlap],
+    }
+    if cmd is not None:
+        out["slots"] = len(cmd.slots_s)
+    return out
 
 
 def _ids(args: dict[str, Any]) -> dict[str, Any]:

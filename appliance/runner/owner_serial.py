@@ -17,6 +17,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
 
 from appliance.core import state as core
+from appliance.core.features import command_kind
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.owner_events import (
     BarrierDone,
@@ -41,7 +42,8 @@ Asks = tuple[Propose | ReadBarrier, ...]
 Chain = Generator[Asks, list[Any], T]
 
 
-# The version gate's question: why a command kind (its class name) may not be proposed yet.
+# The version gate's question: why a command kind may not be proposed yet. The kind is the
+# class name, or a feature a baseline command carries (appliance/core/features.py).
 Gate = Callable[[str], str | None]
 
 
@@ -140,7 +142,7 @@ class SerialCore:
 
     def _gated(self, command: Any) -> Refused | None:
         """A definite refusal for a kind some voter cannot apply yet: nothing is proposed."""
-        refusal = self._gate(type(command).__name__) if self._gate is not None else None
+        refusal = self._gate(command_kind(command)) if self._gate is not None else None
         return None if refusal is None else Refused(NotYetApplicable(refusal))
 
     def _propose(self, command: Any) -> Chain[Accepted | Refused]:

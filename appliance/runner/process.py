@@ -38,6 +38,7 @@ from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import Peer, RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.http import HttpServer
+from appliance.http.tls import listener_context, origin_client_context
 from appliance.logs import log_stream
 from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
@@ -125,6 +126,8 @@ class RunnerProcess:
         self.stopping = threading.Event()
         self.machine = Machine(store, cfg.limits, on_fatal=self._on_fatal)
         member_cls = EtcdMember if isinstance(cfg.replication, EtcdBackend) else RaftMember
+        # The built-in Raft installs a leader's snapshot through the machine (issue 19).
+        snapshot_hook = {} if member_cls is EtcdMember else {"restore": self.machine.restore}
         self.member = member_cls(
             cfg if network is None else network.member_config(cfg),
             credentials,
@@ -133,8 +136,11 @@ class RunnerProcess:
             contract_digest=contract_digest(cfg),
             applied_index=self.machine.applied_index,
             on_fatal=self._on_fatal,
+            **snapshot_hook,
         )
-        self.worker = WorkerClient(cfg.remote.url.url, credentials.worker)
+        self.worker = WorkerClient(
+            cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
+        )
         # Event metrics (docs/operations.md): the loop's log and replication seams, wrapped.
         self.metrics = RunnerMetrics()
         self.runner = Runner(
@@ -159,6 +165,7 @@ class RunnerProcess:
             port=cfg.admission_addr.port,
             name=f"admission {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
+            ssl_context=listener_context(cfg.tls),
         )
         self.management: Any = None
         if cfg.management is not None:

@@ -19,6 +19,7 @@ The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but sti
 from __future__ import annotations
 
 import json
+import ssl
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
@@ -60,15 +61,28 @@ def _error_code(document: dict[str, Any] | None) -> str:
 
 
 class WorkerClient:
-    def __init__(self, origin_url: str, bearer: Secret, client: HttpClient | None = None) -> None:
+    def __init__(
+        self,
+        origin_url: str,
+        bearer: Secret,
+        client: HttpClient | None = None,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        """``ssl_context``: verifies an https worker against the cluster CA and presents the
+        voter's certificate when the worker asks (appliance.http.tls.origin_client_context)."""
         self._origin = origin_url.rstrip("/")
         self._bearer = bearer
-        self._client = client or HttpClient(connect_timeout_ms=CONNECT_TIMEOUT_MS)
+        self._client = client or HttpClient(
+            connect_timeout_ms=CONNECT_TIMEOUT_MS, ssl_context=ssl_context
+        )
 
     def close(self) -> None:
         self._client.close()
 
-    def _post(self, path: str, document: dict[str, Any], read_timeout_ms: int) -> Any:
+    def _post(
+        self, path: str, document: dict[str, Any], read_timeout_ms: int, *, fresh: bool = False
+    ) -> Any:
         return self._client.post(
             self._origin + path,
             _body(document),
@@ -76,12 +90,16 @@ class WorkerClient:
             bearer=self._bearer,
             read_timeout_ms=read_timeout_ms,
             response_bytes_max=RESPONSE_BYTES_MAX,
+            fresh_connection=fresh,
         )
 
     def execute(self, binding: dict[str, Any], code: str) -> ExecResult:
         document = {"protocol": PROTOCOL_VERSION, "binding": binding, "code": code}
         try:
-            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS)
+            # A new connection: a kept-alive one the worker closes as idle (it does under
+            # connection pressure) could meet our request on the wire, and an exec whose fate
+            # is unknown is an Unknown (docs/http.md).
+            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS, fresh=True)
         except ConnectFailed as exc:
             return ExecResult("uncertain", detail=f"worker unreachable: {exc.reason}")
         except AmbiguousSend as exc:

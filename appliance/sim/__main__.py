@@ -1,5 +1,5 @@
 """``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]
-[--leader-gone-hints]``.
+[--leader-gone-hints] [--no-compaction]``.
 
 Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
 Exit status 1 if any seed failed.
@@ -30,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         help="followers learn at once that their leader's process is gone (as the driver's "
         "probe tells them), and sometimes wrongly",
     )
+    parser.add_argument(
+        "--no-compaction",
+        action="store_true",
+        help="never compact the log (the simulator before snapshots; compaction is on by default)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     args = parser.parse_args(argv)
     options = SimOptions(
@@ -38,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         safety_ms=args.safety_ms,
         liveness_ms_max=args.liveness_ms,
         leader_gone_hints=args.leader_gone_hints,
+        compaction=not args.no_compaction,
     )
     failures = 0
     totals = {
@@ -49,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         "disk_losses": 0,
         "recoveries": 0,
         "leader_gone_hints": 0,
+        "compactions": 0,
+        "snapshots_installed": 0,
     }
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed, options)
@@ -60,12 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         totals["disk_losses"] += result.disk_losses
         totals["recoveries"] += result.recoveries_completed
         totals["leader_gone_hints"] += result.leader_gone_hints
+        totals["compactions"] += result.compactions
+        totals["snapshots_installed"] += result.snapshots_installed
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
                 f"elections={result.elections} applied={result.applied_entries} "
                 f"crashes={result.crashes} disk_losses={result.disk_losses} "
-                f"recoveries={result.recoveries_completed} faults={result.faults}"
+                f"recoveries={result.recoveries_completed} compactions={result.compactions} "
+                f"installs={result.snapshots_installed} faults={result.faults}"
             )
         if not result.ok:
             failures += 1
@@ -74,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"  reproduce: python -m appliance.sim --seeds 1 --start {seed} "
                 f"--nodes {args.nodes} --faults {args.faults} --safety-ms {args.safety_ms} "
                 f"--liveness-ms {args.liveness_ms}"
-                f"{' --leader-gone-hints' if args.leader_gone_hints else ''} --verbose"
+                f"{' --leader-gone-hints' if args.leader_gone_hints else ''}"
+                f"{' --no-compaction' if args.no_compaction else ''} --verbose"
             )
     print(
         f"{args.seeds} seeds from {args.start}, nodes={args.nodes}, faults={args.faults}: "

@@ -3,12 +3,24 @@
 They see only what an observer could: each node's public role, term, commit index and log, and
 the stream of entries each node applies. They keep their own memory, so a fact survives the
 crash of the node that revealed it (an index applied before a crash must be applied identically
-after the restart). Each violation raises ``Violation`` naming the rule (Raft thesis fig. 3.2).
+after the restart). The state machine is a hash chain over the applied entries: each node's
+state after index i must equal every other node's state after i, whether it got there by
+applying entries, by restarting from its checkpoint or by installing a leader's snapshot.
+Each violation raises ``Violation`` naming the rule (Raft thesis fig. 3.2).
 """
 
 from __future__ import annotations
 
+import hashlib
+
 from appliance.raft import Entry, RaftNode, Role
+
+
+def next_state_hash(previous: bytes, entry: Entry) -> bytes:
+    """The simulated state machine: a hash chain over every applied entry. A snapshot carries
+    the hash at its index, so a snapshot with the wrong content cannot go unnoticed."""
+    head = b"%d/%d/" % (entry.index, entry.term)
+    return hashlib.sha256(previous + head + entry.payload).digest()
 
 
 class Violation(Exception):
@@ -24,6 +36,9 @@ class SafetyCheckers:
         self.leader_of_term: dict[int, str] = {}
         self.applied: dict[int, tuple[int, bytes]] = {}  # index -> (term, payload), cluster-wide
         self.next_apply: dict[str, int] = {}  # node -> next index it must apply
+        self.state_after: dict[int, bytes] = {0: b""}  # index -> state hash, cluster-wide
+        self.node_state: dict[str, bytes] = {}  # node -> its state hash now
+        self.snapshots_installed = 0
         self.max_commit_seen = 0
         self.checks = 0
 
@@ -44,7 +59,18 @@ class SafetyCheckers:
 
     # Leader completeness: a new leader holds every entry ever applied anywhere.
     def _check_leader_completeness(self, leader: RaftNode) -> None:
+        snapshot_index = leader.log.snapshot_index
         for index, (term, payload) in self.applied.items():
+            if index < snapshot_index:
+                continue  # compacted into the leader's snapshot (checked as state below)
+            if index == snapshot_index:
+                if leader.log.snapshot_term != term:
+                    raise Violation(
+                        "leader completeness",
+                        f"{leader.id} leads term {leader.term} with a snapshot at {index} of "
+                        f"term {leader.log.snapshot_term}; term {term} was applied there",
+                    )
+                continue
             entries = leader.log.entries(index, index + 1, entries_max=1, bytes_max=1 << 30)
             if not entries or (entries[0].term, entries[0].payload) != (term, payload):
                 have = (entries[0].term, entries[0].payload[:16]) if entries else None
@@ -54,8 +80,28 @@ class SafetyCheckers:
                     f"(term {term}); it holds {have}",
                 )
 
-    def node_restarted(self, node_id: str, applied_index: int) -> None:
+    def node_restarted(self, node_id: str, applied_index: int, state: bytes = b"") -> None:
+        """A node (re)starts from its checkpoint: ``state`` after ``applied_index``."""
+        self._check_state(node_id, applied_index, state, "restarted from a checkpoint")
         self.next_apply[node_id] = applied_index + 1
+        self.node_state[node_id] = state
+
+    def on_snapshot_installed(self, node_id: str, index: int, state: bytes) -> None:
+        self.checks += 1
+        self.snapshots_installed += 1
+        self._check_state(node_id, index, state, "installed a snapshot")
+        self.next_apply[node_id] = index + 1
+        self.node_state[node_id] = state
+
+    def _check_state(self, node_id: str, index: int, state: bytes, how: str) -> None:
+        known = self.state_after.get(index)
+        if known is None:
+            self.state_after[index] = state
+        elif known != state:
+            raise Violation(
+                "state-machine safety",
+                f"{node_id} {how} at index {index} with a state no node had after {index}",
+            )
 
     # State-machine safety: no index applied with two different entries, on any node, ever.
     def on_apply(self, node_id: str, entry: Entry) -> None:
@@ -66,6 +112,9 @@ class SafetyCheckers:
                 "apply order", f"{node_id} applied {entry.index} when {expected} was next"
             )
         self.next_apply[node_id] = expected + 1
+        state = next_state_hash(self.node_state.get(node_id, b""), entry)
+        self.node_state[node_id] = state
+        self._check_state(node_id, entry.index, state, "applied entries")
         seen = self.applied.get(entry.index)
         fact = (entry.term, entry.payload)
         if seen is None:
@@ -88,31 +137,33 @@ class SafetyCheckers:
             )
 
 
-def log_of(node: RaftNode) -> list[tuple[int, bytes]]:
-    """Every (term, payload) of a node's log, index 1 first."""
+def log_of(node: RaftNode) -> tuple[int, list[tuple[int, bytes]]]:
+    """(first index, every (term, payload) the node's log still holds from there)."""
     out: list[tuple[int, bytes]] = []
-    index = 1
+    first = index = node.log.first_index()
     last = node.last_index
     while index <= last:
         batch = node.log.entries(index, last + 1, entries_max=4096, bytes_max=1 << 30)
         out.extend((e.term, e.payload) for e in batch)
         index += len(batch)
-    return out
+    return first, out
 
 
 def check_log_matching(nodes: list[RaftNode]) -> None:
-    """Log matching: two logs with the same term at an index agree on everything up to it."""
-    logs = [(node.id, log_of(node)) for node in nodes]
+    """Log matching: two logs with the same term at an index agree on everything up to it
+    (compared where both still hold entries: below that, compaction kept only snapshots)."""
+    logs = [(node.id, *log_of(node)) for node in nodes]
     for a in range(len(logs)):
         for b in range(a + 1, len(logs)):
-            (id_a, log_a), (id_b, log_b) = logs[a], logs[b]
-            top = min(len(log_a), len(log_b))
-            while top > 0 and log_a[top - 1][0] != log_b[top - 1][0]:
+            (id_a, first_a, log_a), (id_b, first_b, log_b) = logs[a], logs[b]
+            lo = max(first_a, first_b)
+            top = min(first_a + len(log_a), first_b + len(log_b)) - 1
+            while top >= lo and log_a[top - first_a][0] != log_b[top - first_b][0]:
                 top -= 1
-            for i in range(top):
-                if log_a[i] != log_b[i]:
+            for i in range(lo, top + 1):
+                if log_a[i - first_a] != log_b[i - first_b]:
                     raise Violation(
                         "log matching",
-                        f"{id_a} and {id_b} share term {log_a[top - 1][0]} at index {top} "
-                        f"but differ at index {i + 1}",
+                        f"{id_a} and {id_b} share term {log_a[top - first_a][0]} at index {top} "
+                        f"but differ at index {i}",
                     )

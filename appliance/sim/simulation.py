@@ -26,6 +26,15 @@ restarts 50 ms to 6 s later from a RECOVERING store — what ``appliance admin s
 makes — and the core's own quiet start, not a slow operator, keeps its lost incarnation's
 messages and cut-off leaders away (docs/voter-recovery.md).
 
+COMPACTION (on unless ``compaction=False``): each seed draws tiny thresholds — compact once 1, 3
+or 8 checkpointed entries lie beyond a trailing window of 0, 2 or 10 entries — and snapshot
+chunks of 7 or 16 bytes or one whole chunk. Every node keeps a simulated checkpoint (the state
+hash at an applied index, saved after some Readies, so it lags the applied state the way the
+runner's checkpoint writer does) and restarts from it, so a follower that was down, cut off or
+wiped across compactions catches up by snapshot. A crash may strike before a Ready's snapshot is
+installed (the old log and checkpoint stay); the checkers verify that every installed snapshot
+and every restart carries a state some node had at that index.
+
 LIVENESS: loss and duplication stop, clocks behave, and either everything heals or only a
 random majority core does (the rest stay down or cut off; never while a wiped voter is still
 recovering); crashed core nodes restart.
@@ -50,7 +59,12 @@ from appliance.raft import (
     Role,
 )
 from appliance.raft.send_order import may_send_before_persist
-from appliance.sim.checkers import SafetyCheckers, Violation, check_log_matching
+from appliance.sim.checkers import (
+    SafetyCheckers,
+    Violation,
+    check_log_matching,
+    next_state_hash,
+)
 from appliance.sim.faults import FaultSettings
 from appliance.sim.network import FakeNetwork
 
@@ -76,6 +90,8 @@ class SimOptions:
     # RaftNode.leader_gone at its next tick, and (safety phase only) any follower sometimes
     # gets a wrong one. Off by default so the documented seeds keep their exact runs.
     leader_gone_hints: bool = False
+    # Snapshots and log compaction at tiny thresholds (module docstring).
+    compaction: bool = True
 
 
 @dataclass
@@ -89,6 +105,8 @@ class SimResult:
     crashes: int = 0
     disk_losses: int = 0
     recoveries_completed: int = 0  # wiped voters that caught up and became full voters again
+    compactions: int = 0
+    snapshots_installed: int = 0
     messages_sent: int = 0
     messages_dropped: int = 0
     reads_released: int = 0
@@ -101,6 +119,7 @@ class _Replica:
     def __init__(self, node_id: str) -> None:
         self.id = node_id
         self.storage = MemoryLogStorage()
+        self.state = b""  # the simulated state machine: a hash chain (checkers.next_state_hash)
         self.node: RaftNode | None = None
         self.incarnation = 0
         self.down_until_ms = 0  # a wiped voter does not restart before this
@@ -119,6 +138,13 @@ class Simulation:
         # One batch in flight makes a follower's catch-up a slow sequence of round trips, which
         # widens every window between "older entries acknowledged" and "barrier acknowledged".
         self.inflight_batches_max = self.rng.choice((1, 2, 4))
+        self.snapshot_entries = self.trailing_entries = self.checkpoint_rate = 0.0
+        self.snapshot_chunk_bytes = 1 << 20
+        if options.compaction:
+            self.snapshot_entries = self.rng.choice((1, 3, 8))
+            self.trailing_entries = self.rng.choice((0, 2, 10))
+            self.checkpoint_rate = self.rng.choice((0.2, 1.0))
+            self.snapshot_chunk_bytes = self.rng.choice((7, 16, 1 << 20))
         self.ids = [f"n{i + 1}" for i in range(options.nodes)]
         self.replicas = {node_id: _Replica(node_id) for node_id in self.ids}
         self.checkers = SafetyCheckers()
@@ -196,12 +222,16 @@ class Simulation:
             election_ticks_max=self.options.election_ticks_max,
             batch_entries_max=self.batch_entries_max,
             inflight_batches_max=self.inflight_batches_max,
+            snapshot_chunk_bytes=int(self.snapshot_chunk_bytes),
         )
         node_rng = random.Random(self.rng.getrandbits(64))
-        # The state machine is rebuilt from the log at every start (applied index 0), so the
-        # checker sees every index applied again and compares it with what was applied before.
-        replica.node = RaftNode(config, replica.storage, node_rng, applied_index=0)
-        self.checkers.node_restarted(node_id, 0)
+        # The state machine restarts from the checkpoint (without compaction there is none, so
+        # from index 0) and re-applies the log after it; the checker compares what it applies
+        # again with what was applied before.
+        applied, data = replica.storage.checkpoint()
+        replica.state = _state_from_checkpoint(data)
+        replica.node = RaftNode(config, replica.storage, node_rng, applied_index=applied)
+        self.checkers.node_restarted(node_id, applied, replica.state)
         self._at(self.rng.randint(1, TICK_MS), "tick", (node_id, replica.incarnation))
 
     def _crash(self, replica: _Replica) -> None:
@@ -224,6 +254,16 @@ class Simulation:
             if not self._liveness and self.rng.random() < self.faults.crash_in_ready_rate:
                 self._crash(replica)  # before the persist: the batch is lost (sent or not)
                 return
+            if ready.snapshot is not None:
+                if not self._liveness and self.rng.random() < 0.2:
+                    self._crash(replica)  # mid-install: the old log and checkpoint stay
+                    return
+                replica.storage.install_snapshot(ready.snapshot)
+                replica.state = _state_from_checkpoint(ready.snapshot.data)
+                self.checkers.on_snapshot_installed(
+                    replica.id, ready.snapshot.index, replica.state
+                )
+                self.result.snapshots_installed += 1
             if ready.must_persist:
                 replica.storage.persist(
                     term=ready.hard_state.term,
@@ -249,6 +289,7 @@ class Simulation:
                     self._send(message)
             for entry in ready.committed:
                 self.checkers.on_apply(replica.id, entry)
+                replica.state = next_state_hash(replica.state, entry)
             for read in ready.reads:
                 owner = self._reads.pop(read.request_id, None)
                 if owner is not None:
@@ -261,6 +302,22 @@ class Simulation:
                 self.result.recoveries_completed += 1
             node.advance(ready)
             self.checkers.observe(node)
+            if self.options.compaction:
+                self._checkpoint_and_compact(replica, node)
+
+    def _checkpoint_and_compact(self, replica: _Replica, node: RaftNode) -> None:
+        """What the runner's checkpoint writer and the driver's compaction policy do."""
+        storage = replica.storage
+        behind = node.applied_index > storage.checkpoint()[0]
+        if behind and self.rng.random() < self.checkpoint_rate:
+            storage.save_checkpoint(
+                    node.applied_index, _checkpoint_data(node.applied_index, replica.state)
+                )
+        target = storage.snapshot_index_available() - int(self.trailing_entries)
+        if target - node.log.snapshot_index >= self.snapshot_entries:
+            term = node.compact(target)
+            storage.compact(target, term, node.config.voters)
+            self.result.compactions += 1
 
     def _send(self, message: Message) -> None:
         for delay_ms in self.network.delivery_delays_ms(message.sender, message.to):
@@ -458,13 +515,16 @@ class Simulation:
                     self._at(replica.down_until_ms - self.now_ms, "restart", node_id)
 
     def _marker_in_log(self, node: RaftNode) -> bool:
-        entries = node.log.entries(1, node.last_index + 1, entries_max=1 << 20, bytes_max=1 << 30)
+        if self._marker_applied_index() is not None:
+            return True  # applied somewhere, maybe compacted into snapshots since
+        first = node.log.first_index()
+        entries = node.log.entries(
+            first, node.last_index + 1, entries_max=1 << 20, bytes_max=1 << 30
+        )
         return any(e.data == self._marker for e in entries)
 
-    def _converged(self) -> bool:
-        if not self._liveness or self._marker is None:
-            return False
-        if self._marker_index is None:
+    def _marker_applied_index(self) -> int | None:
+        if self._marker_index is None and self._marker is not None:
             self._marker_index = next(
                 (
                     i
@@ -473,11 +533,21 @@ class Simulation:
                 ),
                 None,
             )
-        marker_index = self._marker_index
+        return self._marker_index
+
+    def _converged(self) -> bool:
+        if not self._liveness or self._marker is None:
+            return False
+        marker_index = self._marker_applied_index()
         if marker_index is None:
             return False
         core = [self.replicas[i] for i in self._core]
-        return all(r.node is not None and r.node.applied_index >= marker_index for r in core)
+        # A wiped voter must also have become a full voter again (a snapshot alone can bring
+        # it to the marker before any append told it the leader's commit index).
+        return all(
+            r.node is not None and r.node.applied_index >= marker_index and not r.node.recovering
+            for r in core
+        )
 
     def _check_log_matching(self) -> None:
         check_log_matching([r.node for r in self.replicas.values() if r.node is not None])
@@ -494,6 +564,15 @@ class Simulation:
                     f"/a{node.applied_index}/l{node.last_index}"
                 )
         return " ".join(parts)
+
+
+def _checkpoint_data(index: int, state: bytes) -> bytes:
+    # Padded so that a snapshot takes several of the tiny chunks.
+    return index.to_bytes(8, "big") + state + state[::-1]
+
+
+def _state_from_checkpoint(data: bytes) -> bytes:
+    return data[8:40] if data else b""
 
 
 def run_seed(seed: int, options: SimOptions) -> SimResult:

@@ -5,6 +5,10 @@ contract, initial rows), closed (which checkpoints and removes its -wal), then r
 and the directory fsynced, so a crash during creation never leaves a half-sealed store under the
 real name. Later starts: ``migrations_guard`` inspects the file read-only and decides; only an
 accepted store is opened read-write (which is when SQLite may recover a -wal left by a crash).
+
+Every open also makes the data_dir 0700 and the store's files 0600 (appliance.store.permissions)
+and starts a numbered session that catches a store which lost committed transactions
+(appliance.store.session).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import apsw
 
 from appliance import __version__
 from appliance.core.canonical import canonical_digest, canonical_json
-from appliance.store import schema
+from appliance.store import permissions, schema, session
 from appliance.store.errors import StoreRefused
 from appliance.store.sqlite import DataDirLock, fsync_dir, open_writable, transaction
 from appliance.store.versions import (
@@ -28,7 +32,7 @@ from appliance.store.versions import (
 )
 from migrations_guard import decide, inspect_store
 
-SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+SIDE_SUFFIXES = permissions.SIDE_SUFFIXES
 
 
 def _side_files(path: Path) -> list[Path]:
@@ -43,17 +47,24 @@ def open_guarded(
     contract_digest: str,
     ddl: tuple[str, ...],
     seed: Callable[[apsw.Connection], None],
+    create_pragmas: tuple[str, ...] = (),
 ) -> tuple[apsw.Connection, DataDirLock, bool]:
-    """(read-write connection, held lock, created-now) for the ``kind`` store in ``data_dir``."""
+    """(read-write connection, held lock, created-now) for the ``kind`` store in ``data_dir``.
+
+    ``create_pragmas`` run first on a store being created (e.g. ``auto_vacuum``), never on an
+    existing one: there is no automatic migration."""
     if canonical_digest(contract) != contract_digest:
         raise ValueError("contract_digest is not the SHA-256 of the contract's canonical JSON")
     data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(mode=permissions.DIR_MODE, parents=True, exist_ok=True)
+    permissions.tighten(data_dir, data_dir / STORE_FILE_NAMES[kind])  # before LOCK is created
     lock = DataDirLock.acquire(data_dir, create=True)
     if lock is None:  # create=True always yields a lock; keep the type checker and reader honest
         raise StoreRefused(f"could not create the lock file in {data_dir}")
+    conn: apsw.Connection | None = None
     try:
         path = data_dir / STORE_FILE_NAMES[kind]
+        permissions.tighten(data_dir, path, extra=(lock.path,))
         for other_kind, name in STORE_FILE_NAMES.items():
             if other_kind != kind and (data_dir / name).exists():
                 raise StoreRefused(
@@ -68,7 +79,7 @@ def open_guarded(
                     f"{data_dir} has {', '.join(p.name for p in strays)} but no {path.name}: the "
                     "store file is missing; restore it from a backup or move the data_dir aside"
                 )
-            _create(path, kind, contract, ddl, seed)
+            _create(path, kind, contract, ddl, seed, create_pragmas)
         else:
             facts = inspect_store(path)
             decision = decide(
@@ -80,8 +91,15 @@ def open_guarded(
             )
             if not decision.allowed:
                 raise StoreRefused(decision.message)
-        return open_writable(path, create=False), lock, created
+            session.check_before_open(path)
+        conn = open_writable(path, create=False)
+        permissions.tighten(data_dir, path, extra=(lock.path,))  # the -wal/-shm just made
+        number = session.begin(conn, path)
+        lock.on_release = lambda: session.end(path, number)
+        return conn, lock, created
     except BaseException:
+        if conn is not None:
+            conn.close()
         lock.release()
         raise
 
@@ -92,11 +110,13 @@ def _create(
     contract: dict[str, Any],
     ddl: tuple[str, ...],
     seed: Callable[[apsw.Connection], None],
+    create_pragmas: tuple[str, ...] = (),
 ) -> None:
     staging = path.with_name(path.name + ".creating")
     for leftover in [staging, *_side_files(staging)]:  # a creation that crashed; we hold the lock
         leftover.unlink(missing_ok=True)
-    conn = open_writable(staging, create=True)
+    permissions.create_private_file(staging)  # SQLite's -wal/-shm take its mode: all 0600
+    conn = open_writable(staging, create=True, first_pragmas=create_pragmas)
     try:
         with transaction(conn):
             for statement in (*schema.FROZEN_DDL, *ddl):

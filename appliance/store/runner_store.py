@@ -25,26 +25,48 @@ was lost) carries the metadata row ``recovering_since`` (the UTC time of the rec
 is there, ``recovering()`` is True and the Raft node neither votes nor campaigns; the driver calls
 ``clear_recovering`` (one durable commit that deletes the row) once the node has caught up
 (docs/voter-recovery.md).
+
+Compaction (docs/store.md, "Compaction"). The metadata row ``snapshot`` (canonical JSON: index,
+term, voters) records the last compaction point: every entry at or below it is covered by the
+checkpoint (whose applied index is never below it) and is never read again — ``first_index`` is
+``index + 1``, ``term_at(index)`` is that term. ``compact`` writes that row (and raises the
+minimum reader version to ``READER_VERSION_COMPACTED``) in one small durable commit; the rows
+themselves go later, ``reclaim(rows_max)`` rows per transaction, each followed by an
+incremental vacuum on stores created with ``auto_vacuum=INCREMENTAL``, so the file shrinks.
+``install_snapshot`` replaces the checkpoint with a leader's snapshot and drops the log above it
+in one transaction (rows below are reclaimed the same way). ``snapshot()`` is the checkpoint
+encoded by ``snapshot_format``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import apsw
 
+from appliance.core.canonical import canonical_json
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, StoreRefused
 from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
-from appliance.store.sqlite import DataDirLock, transaction
+from appliance.store.snapshot_format import (
+    META_SNAPSHOT,
+    SnapshotFormatError,
+    decode_parts,
+    encode_parts,
+    parse_snapshot_meta,
+)
+from appliance.store.sqlite import DataDirLock, fsync_dir, transaction
 from appliance.store.versions import (
     BINARY_READER_VERSION,
     KIND_RUNNER,
     READER_VERSION_BASELINE,
+    READER_VERSION_COMPACTED,
     RUNNER_FILE_NAME,
     WORKER_FILE_NAME,
 )
@@ -53,6 +75,12 @@ PART_NAME_BYTES_MAX = 256
 LOG_TAIL_ENTRIES_MAX = 4096  # recent log entries kept in memory (term and payload)
 LOG_TAIL_BYTES_MAX = 4 * 1024 * 1024  # ... and at most this many payload bytes of them
 META_RECOVERING_SINCE = "recovering_since"  # present only while a recovered voter catches up
+# New runner stores give deleted pages back to the file system (docs/store.md, "Compaction").
+RUNNER_CREATE_PRAGMAS = ("PRAGMA auto_vacuum=INCREMENTAL",)
+VACUUM_STEP_PAGES = 256  # pages given back per reclaim step (1 MiB)
+VACUUM_FREE_PAGES_MIN = 256  # ... once at least this many, and over half the file, are free
+
+
 
 
 def _seed(conn: apsw.Connection) -> None:
@@ -87,7 +115,9 @@ class RunnerStore(OpenedStore):
         self._tail_entries_max = log_tail_entries_max
         self._tail_bytes_max = log_tail_bytes_max
         self._term, self._voted_for = self._read_hard_state()
+        self._snap_index, self._snap_term, self._snap_voters = self._read_snapshot_meta()
         self._first, self._last = self._read_log_range()
+        self._log_bytes = self._read_log_bytes()
         # The in-memory tail: entries last-len+1 .. last (see module docstring).
         self._tail_terms: list[int] = []
         self._tail_payloads: list[bytes] = []
@@ -118,6 +148,7 @@ class RunnerStore(OpenedStore):
             contract_digest=contract_digest,
             ddl=schema.RUNNER_DDL,
             seed=_seed,
+            create_pragmas=RUNNER_CREATE_PRAGMAS,
         )
         try:
             return cls(
@@ -164,6 +195,7 @@ class RunnerStore(OpenedStore):
             contract_digest=contract_digest,
             ddl=schema.RUNNER_DDL,
             seed=seed_recovering,
+            create_pragmas=RUNNER_CREATE_PRAGMAS,
         )
         try:
             if not created:  # another process created it between our look and our lock
@@ -173,6 +205,45 @@ class RunnerStore(OpenedStore):
             conn.close()
             lock.release()
             raise
+
+    @classmethod
+    def place_restored(
+        cls, data_dir: str | Path, backup: Path, *, recovering_since: str | None
+    ) -> Path:
+        """Put a verified backup file in place as ``data_dir``'s store (``admin store
+        restore``): copied aside, marked recovering (when ``recovering_since`` is given) in one
+        commit, fsynced, then renamed into place. Refuses a data_dir holding any store files."""
+        data_dir = Path(data_dir)
+        leftovers = sorted(p.name for p in _store_files(data_dir))
+        if leftovers:
+            raise StoreRefused(
+                f"{data_dir} already holds {', '.join(leftovers)}: move it aside first "
+                f"(for example: mv {data_dir} {data_dir}.lost)"
+            )
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock = DataDirLock.acquire(data_dir, create=True)
+        if lock is None:
+            raise StoreRefused(f"could not create the lock file in {data_dir}")
+        try:
+            target = data_dir / RUNNER_FILE_NAME
+            staging = data_dir / (RUNNER_FILE_NAME + ".restoring")
+            staging.unlink(missing_ok=True)
+            shutil.copyfile(backup, staging)
+            conn = apsw.Connection(str(staging))
+            try:
+                if recovering_since is not None:
+                    with transaction(conn) as db:
+                        schema.write_meta(db, META_RECOVERING_SINCE, recovering_since)
+                conn.execute("PRAGMA journal_mode=DELETE")
+            finally:
+                conn.close()
+            with open(staging, "rb+") as handle:
+                os.fsync(handle.fileno())
+            staging.rename(target)
+            fsync_dir(data_dir)
+            return target
+        finally:
+            lock.release()
 
     # ----------------------------------------------------------------- Raft hard state and log
     def _read_hard_state(self) -> tuple[int, str | None]:
@@ -184,8 +255,30 @@ class RunnerStore(OpenedStore):
         return rows[0][0], rows[0][1]
 
     def _read_log_range(self) -> tuple[int, int]:
-        first, last = self._db.execute("SELECT min(idx), max(idx) FROM log").fetchall()[0]
+        """(first, last) as the log reads: rows at or below the snapshot do not count."""
+        snap = self._snap_index
+        first, last = self._db.execute(
+            "SELECT min(idx), max(idx) FROM log WHERE idx > ?", (snap,)
+        ).fetchall()[0]
+        if snap:
+            return snap + 1, max(last or 0, snap)
         return (first or 0), (last or 0)
+
+    def _read_log_bytes(self) -> int:
+        rows = self._db.execute(
+            "SELECT coalesce(sum(length(payload)), 0) FROM log WHERE idx > ?", (self._snap_index,)
+        ).fetchall()
+        return int(rows[0][0])
+
+    def _read_snapshot_meta(self) -> tuple[int, int, tuple[str, ...]]:
+        meta, problems = schema.read_meta(self._db)
+        if problems:
+            raise StoreCorrupt(f"{self.path}: metadata fails its checksum: {'; '.join(problems)}")
+        try:
+            parsed = parse_snapshot_meta(meta.get(META_SNAPSHOT))
+        except ValueError as exc:
+            raise StoreCorrupt(f"{self.path}: {exc}") from None
+        return parsed if parsed is not None else (0, 0, ())
 
     def hard_state(self) -> tuple[int, str | None]:
         """(current_term, voted_for) as last persisted."""
@@ -208,6 +301,10 @@ class RunnerStore(OpenedStore):
             return self._term_at_unlocked(index)
 
     def _term_at_unlocked(self, index: int) -> int | None:
+        if 0 < index <= self._snap_index:  # compacted: only the snapshot's own term is known
+            return self._snap_term if index == self._snap_index else None
+        if index < 1:
+            return None
         tail_first = self._last - len(self._tail_terms) + 1
         if tail_first <= index <= self._last:
             return self._tail_terms[index - tail_first]
@@ -242,6 +339,7 @@ class RunnerStore(OpenedStore):
         result: list[tuple[int, int, bytes]] = []
         total_bytes = 0
         with self._lock:
+            lo = max(lo, self._snap_index + 1)  # compacted rows may linger until reclaimed
             tail_first = self._last - len(self._tail_terms) + 1
             if lo >= tail_first:
                 terms, payloads = self._tail_terms, self._tail_payloads
@@ -284,8 +382,11 @@ class RunnerStore(OpenedStore):
                 raise ValueError(f"term {term} is below the persisted term {self._term}")
             last = self._last
             if truncate_from is not None:
-                if truncate_from < 1:
-                    raise ValueError(f"truncate_from must be >= 1, got {truncate_from}")
+                if truncate_from <= self._snap_index:
+                    raise ValueError(
+                        f"truncate_from {truncate_from} is at or below the compacted index "
+                        f"{self._snap_index}"
+                    )
                 last = min(last, truncate_from - 1)
             expected = last + 1
             previous_term = self._term_at_unlocked(last) if (entries and last) else 0
@@ -331,8 +432,11 @@ class RunnerStore(OpenedStore):
                 self._tail_terms.append(entry_term)
                 self._tail_payloads.append(payload)
                 self._tail_bytes += len(payload)
+                self._log_bytes += len(payload)
             if truncate_from is not None or self._first == 0:
                 self._first, self._last = self._read_log_range()
+                if truncate_from is not None:
+                    self._log_bytes = self._read_log_bytes()
             else:
                 self._last = expected - 1
             self._trim_tail()
@@ -345,14 +449,14 @@ class RunnerStore(OpenedStore):
     # ----------------------------------------------------------------- in-memory log tail
     def _load_tail(self) -> None:
         """Read (and verify) the newest entries, within both bounds, into the tail."""
-        if self._tail_entries_max == 0 or self._last == 0:
+        if self._tail_entries_max == 0 or self._last <= self._snap_index:
             return
         newest_first: list[tuple[int, bytes]] = []
         total_bytes = 0
         expected = self._last
         for index, term, payload, stored in self._db.execute(
             "SELECT idx, term, payload, checksum FROM log WHERE idx > ? ORDER BY idx DESC",
-            (self._last - self._tail_entries_max,),
+            (max(self._last - self._tail_entries_max, self._snap_index),),
         ):
             self._verify_entry(index, term, payload, stored)
             if index != expected:
@@ -464,7 +568,8 @@ class RunnerStore(OpenedStore):
                         "DELETE FROM checkpoint_part WHERE name = ?", [(n,) for n in deletes]
                     )
                 if min_reader_version is not None:
-                    schema.write_meta(db, schema.META_MIN_READER_VERSION, str(min_reader_version))
+                    version = max(min_reader_version, self._reader_floor())
+                    schema.write_meta(db, schema.META_MIN_READER_VERSION, str(version))
 
     def checkpoint_summary(self) -> tuple[int, int]:
         """(part count, total bytes of all parts), without reading the blobs."""
@@ -514,7 +619,166 @@ class RunnerStore(OpenedStore):
         """
         _check_reader_version(version)
         with self._lock, transaction(self._db) as db:
+            version = max(version, self._reader_floor())
             schema.write_meta(db, schema.META_MIN_READER_VERSION, str(version))
+
+    def _reader_floor(self) -> int:
+        """A compacted store never goes below READER_VERSION_COMPACTED (versions.py)."""
+        return READER_VERSION_COMPACTED if self._snap_index else READER_VERSION_BASELINE
+
+    # ----------------------------------------------------------------- snapshots and compaction
+    def snapshot_meta(self) -> tuple[int, int]:
+        """(index, term) of the last compaction point; (0, 0) before any."""
+        with self._lock:
+            return self._snap_index, self._snap_term
+
+    def snapshot_voters(self) -> tuple[str, ...]:
+        with self._lock:
+            return self._snap_voters
+
+    def snapshot_index_available(self) -> int:
+        """The durable checkpoint's applied index: the highest index a snapshot can stand for."""
+        return self.applied_index()
+
+    def log_bytes(self) -> int:
+        """Payload bytes of the entries the log holds (above the compaction point)."""
+        with self._lock:
+            return self._log_bytes
+
+    def log_entries(self) -> int:
+        with self._lock:
+            return self._last - self._snap_index if self._last else 0
+
+    def snapshot(self) -> tuple[int, int, bytes]:
+        """The durable checkpoint as a snapshot: (applied index, term there, encoded parts)."""
+        with self._lock:
+            applied = self._applied_index()
+            term = self._term_at_unlocked(applied) if applied else 0
+            if term is None:
+                raise StoreCorrupt(
+                    f"{self.path}: no log entry or snapshot at the checkpoint index {applied}"
+                )
+        _applied, parts = self.load_checkpoint()
+        if _applied != applied:  # the writer moved on between the two reads: take it again
+            return self.snapshot()
+        return applied, term, encode_parts(parts)
+
+    def compact(self, index: int, term: int, voters: Sequence[str]) -> None:
+        """Record that entries up to ``index`` are gone (one durable commit); their rows are
+        deleted later by ``reclaim``. ``index`` must be covered by the durable checkpoint."""
+        voters = tuple(voters)
+        with self._lock:
+            if index <= self._snap_index:
+                return
+            applied = self._applied_index()
+            if index > applied:
+                raise ValueError(f"compacting to {index} beyond the checkpoint at {applied}")
+            if index > self._last:
+                raise ValueError(f"compacting to {index} beyond the log's end {self._last}")
+            if self._term_at_unlocked(index) != term:
+                raise ValueError(f"compaction term {term} is not the term of entry {index}")
+            dropped_bytes = int(
+                self._db.execute(
+                    "SELECT coalesce(sum(length(payload)), 0) FROM log WHERE idx > ? AND idx <= ?",
+                    (self._snap_index, index),
+                ).fetchall()[0][0]
+            )
+            with transaction(self._db) as db:
+                self._write_snapshot_meta(db, index, term, voters)
+            self._snap_index, self._snap_term, self._snap_voters = index, term, voters
+            self._first = index + 1
+            self._log_bytes -= dropped_bytes
+            self._drop_tail_through(index)
+
+    def _write_snapshot_meta(
+        self, db: apsw.Connection, index: int, term: int, voters: tuple[str, ...]
+    ) -> None:
+        value = canonical_json({"index": index, "term": term, "voters": list(voters)}).decode()
+        schema.write_meta(db, META_SNAPSHOT, value)
+        meta, _problems = schema.read_meta(db)
+        current = int(meta.get(schema.META_MIN_READER_VERSION, READER_VERSION_BASELINE))
+        version = max(current, READER_VERSION_COMPACTED)
+        schema.write_meta(db, schema.META_MIN_READER_VERSION, str(version))
+
+    def _drop_tail_through(self, index: int) -> None:
+        """Forget cached entries at or below ``index`` (compacted)."""
+        tail_first = self._last - len(self._tail_terms) + 1
+        drop = max(0, min(len(self._tail_terms), index - tail_first + 1))
+        if drop:
+            self._tail_bytes -= sum(len(p) for p in self._tail_payloads[:drop])
+            del self._tail_terms[:drop]
+            del self._tail_payloads[:drop]
+
+    def reclaim(self, rows_max: int) -> bool:
+        """Delete up to ``rows_max`` rows at or below the compaction point (one transaction,
+        then an incremental vacuum); True while more are left."""
+        with self._lock:
+            rows = self._db.execute("SELECT min(idx) FROM log").fetchall()
+            low = rows[0][0]
+            if low is None or low > self._snap_index:
+                return False
+            high = min(self._snap_index, low + rows_max - 1)
+            # No fsync of its own: losing this deletion in a crash is harmless (the rows are
+            # below the compaction point and the next start deletes them again), and the next
+            # durable commit's fsync covers these WAL frames anyway. So a reclaim chunk never
+            # adds an fsync in front of a commit waiting for the lock.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with transaction(self._db) as db:
+                    db.execute("DELETE FROM log WHERE idx >= ? AND idx <= ?", (low, high))
+                    vacuum = self._vacuum_due()
+                    if vacuum:
+                        db.execute(f"PRAGMA incremental_vacuum({VACUUM_STEP_PAGES})").fetchall()
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
+            return high < self._snap_index or vacuum
+
+    def _vacuum_due(self) -> bool:
+        """Give pages back to the file system only when most of the file is free (a large
+        one-off compaction): in the steady state the pages one compaction frees are reused by
+        the appends until the next, so the file stays at its size without moving pages (each
+        moved page is one more WAL frame written in front of the commits)."""
+        if self._db.execute("PRAGMA auto_vacuum").fetchall()[0][0] != 2:
+            return False  # a store created before issue 19: freed pages are reused, not returned
+        free = int(self._db.execute("PRAGMA freelist_count").fetchall()[0][0])
+        pages = int(self._db.execute("PRAGMA page_count").fetchall()[0][0])
+        return free >= VACUUM_FREE_PAGES_MIN and 2 * free > pages
+
+
+    def install_snapshot(self, snapshot: Any) -> None:
+        """Replace the checkpoint with a leader's snapshot and drop the whole log above it, in
+        ONE durable commit (rows below are reclaimed later). ``snapshot`` has ``index``,
+        ``term``, ``voters`` and ``data`` (``snapshot_format`` bytes)."""
+        try:
+            parts = decode_parts(snapshot.data)
+        except SnapshotFormatError as exc:
+            raise ValueError(f"snapshot {snapshot.index} is malformed: {exc}") from None
+        for name in parts:
+            _check_part_name(name)
+        rows = [(name, data, checksum(schema.TAG_PART, name, data)) for name, data in parts.items()]
+        index, term, voters = snapshot.index, snapshot.term, tuple(snapshot.voters)
+        with self._lock:
+            applied = self._applied_index()
+            if index < applied or index <= self._snap_index:
+                raise ValueError(
+                    f"snapshot {index} is not newer than the checkpoint ({applied}) and the "
+                    f"compaction point ({self._snap_index})"
+                )
+            with transaction(self._db) as db:
+                db.execute("DELETE FROM log WHERE idx > ?", (index,))
+                db.execute("DELETE FROM checkpoint_part")
+                db.executemany(
+                    "INSERT INTO checkpoint_part (name, data, checksum) VALUES (?, ?, ?)", rows
+                )
+                db.execute(
+                    "UPDATE checkpoint SET applied_index = ?, checksum = ? WHERE id = 1",
+                    (index, checksum(schema.TAG_CHECKPOINT, index)),
+                )
+                self._write_snapshot_meta(db, index, term, voters)
+            self._snap_index, self._snap_term, self._snap_voters = index, term, voters
+            self._first, self._last = index + 1, index
+            self._tail_terms, self._tail_payloads, self._tail_bytes = [], [], 0
+            self._log_bytes = 0
 
 
 def _store_files(data_dir: Path) -> list[Path]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,16 +31,22 @@ WAL_PREALLOCATE_BYTES = 32 + (WAL_AUTOCHECKPOINT_PAGES + 100) * WAL_FRAME_BYTES
 _ZEROS = bytes(1 << 20)
 
 
-def open_writable(path: Path, *, create: bool) -> apsw.Connection:
+def open_writable(
+    path: Path, *, create: bool, first_pragmas: tuple[str, ...] = ()
+) -> apsw.Connection:
     """One read-write connection with WAL, synchronous=FULL and a busy timeout.
 
-    An existing store gets its -wal file preallocated first (``preallocate_wal``)."""
+    An existing store gets its -wal file preallocated first (``preallocate_wal``).
+    ``first_pragmas`` run before anything else (``auto_vacuum`` must precede the switch to WAL
+    on a new file: that switch writes the header)."""
     if not create:
         preallocate_wal(path)
     flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
     conn = apsw.Connection(str(path), flags=flags)
     try:
         conn.setbusytimeout(BUSY_TIMEOUT_MS)
+        for pragma in first_pragmas:
+            conn.execute(pragma)
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
         if str(mode).lower() != "wal":
             raise StoreRefused(f"store {path}: SQLite refused WAL journal mode (got {mode!r})")
@@ -139,6 +145,9 @@ class DataDirLock:
     def __init__(self, fd: int, path: Path):
         self._fd: int | None = fd
         self.path = path
+        # Run once at release, before the flock is dropped: ends the open session
+        # (appliance.store.session), which every close path passes through.
+        self.on_release: Callable[[], None] | None = None
 
     @classmethod
     def acquire(cls, data_dir: Path, *, create: bool) -> DataDirLock | None:
@@ -166,6 +175,11 @@ class DataDirLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            on_release, self.on_release = self.on_release, None
+            try:
+                if on_release is not None:
+                    on_release()
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None

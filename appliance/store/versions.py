@@ -6,10 +6,18 @@ data: every store records the minimum reader version needed to read it, and a bi
 ``BINARY_READER_VERSION`` is lower refuses the store. The runner raises its minimum to
 ``READER_VERSION_CANCELLING`` while the checkpoint holds an unresolved ``Cancelling`` occurrence,
 because older binaries cannot read the cancellation states (seeds/001, "Operator commands and
-states"); a rollback to such a binary is then refused instead of misreading the checkpoint. It
-raises it to ``READER_VERSION_CHARGING`` for good once the checkpoint names charging rules 2
-(appliance/core/charging.py): an older binary would charge the same records by rules 1 and decide
-growth commands differently from the same log.
+states"); a rollback to such a binary is then refused instead of misreading the checkpoint.
+
+``READER_VERSION_COMPACTED`` (3): the log has been compacted at least once (its first entry is
+above 1, entries below it live only in the snapshot, described by the ``snapshot`` meta row). A
+binary of reader version 2 or less would read such a log as complete — it would replay from a
+checkpoint it believes the log still covers, and a leader would look for entries that are gone —
+so the first compaction (or snapshot install) raises the store's minimum to 3, in the same
+commit, and it never goes back down (docs/store.md, "Compaction and the reader version").
+
+``READER_VERSION_CHARGING`` (5): the checkpoint names charging rules 2 (the ``charging`` part,
+appliance/core/charging.py). A binary that charges by rules 1 would decide growth commands
+differently from the same log, so the minimum is 5 for good once the switch is committed.
 """
 
 from __future__ import annotations
@@ -32,10 +40,15 @@ KNOWN_SCHEMA_VERSIONS = {
 }
 
 # Reader versions. 1: the baseline states (no cancellation variants). 2: also Cancelling /
-# Cancelled and the acknowledgement of an unresolved Cancelling. 3: also the checkpoint budget's
-# charging rules 2 (the ``charging`` part).
+# Cancelled and the acknowledgement of an unresolved Cancelling. 3: also a compacted log (its
+# first entries live only in the snapshot). 4: also the parts and fields of the operator commands
+# beyond the seeds (pause, run_now request ids, policy.jitter_seconds, an
+# update's kept code and history; appliance/core/features.py says when each is present). 5: also
+# the checkpoint budget's charging rules 2 (the ``charging`` part).
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
-READER_VERSION_CHARGING = 3
+READER_VERSION_COMPACTED = 3
+READER_VERSION_COMMANDS = 4
+READER_VERSION_CHARGING = 5
 BINARY_READER_VERSION = READER_VERSION_CHARGING
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}

@@ -35,6 +35,7 @@ from appliance.engine import Engine, SystemClock, kill_recorded_children
 from appliance.engine.clock import Clock
 from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
 from appliance.http import HttpClient, HttpServer
+from appliance.http.tls import listener_context, origin_client_context, plain_listener_context
 from appliance.metrics.worker import WorkerMetrics
 from appliance.signal_wait import wait_for_stop
 from appliance.store.worker_store import WorkerStore
@@ -124,7 +125,9 @@ class Worker:
         )
         holder["engine"] = self.engine
         self.metrics.attach(self.engine, store.path)
-        self._client = HttpClient(idle_connections_per_origin_max=0)
+        self._client = HttpClient(
+            idle_connections_per_origin_max=0, ssl_context=origin_client_context(config.tls)
+        )
         admission = AdmissionClient(
             config.admission_urls,
             self.settings.credentials.admission,
@@ -152,6 +155,7 @@ class Worker:
             # read timeout) leave room for the cancels and observations of the same work.
             threads=HTTP_THREADS,
             error_extra={"protocol": 1},
+            ssl_context=listener_context(config.tls),
         ).start()
         if config.metrics_addr is not None:
             self.metrics_server = HttpServer(
@@ -160,6 +164,7 @@ class Worker:
                 port=config.metrics_addr.port,
                 name="worker metrics",
                 body_bytes_max=METRICS_BODY_BYTES_MAX,
+                ssl_context=plain_listener_context(config.tls),
             ).start()
 
     def stop(self) -> None:

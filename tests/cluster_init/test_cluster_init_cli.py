@@ -26,6 +26,7 @@ EXPECTED_FILES = {
     "voter-2.json",
     "voter-3.json",
     "worker.json",
+    "tls",
 }
 
 

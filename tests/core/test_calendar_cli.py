@@ -140,3 +140,21 @@ def test_cron_next_has_help(capsys) -> None:
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert "--after" in out and "moved from DST gap" in out
+
+
+def test_jitter_shows_each_slots_start_beside_its_due_time(capsys) -> None:
+    from appliance.core.jitter import jittered_instant_s
+
+    after = "2027-01-15T08:00:00Z"
+    args = ("--cron", "*/5 * * * *", "--timezone", "UTC", "--after", after, "--count", "2")
+    code, out, _ = run(capsys, *args, "--jitter-seconds", "120", "--schedule-id", "4", "--json")
+    assert code == 0
+    times = json.loads(out)["fire_times"]
+    slot = 1_800_000_300
+    start = datetime.fromtimestamp(jittered_instant_s(4, slot, 120, slot + 300), UTC)
+    assert times[0]["utc"] == "2027-01-15T08:05:00Z"
+    assert times[0]["starts"] == start.strftime("%Y-%m-%dT%H:%M:%SZ")
+    code, _, err = run(capsys, *args, "--jitter-seconds", "120")
+    assert code == 2 and "schedule-id" in err
+    code, _, err = run(capsys, *args, "--jitter-seconds", "3601", "--schedule-id", "4")
+    assert code == 2 and "jitter-seconds" in err

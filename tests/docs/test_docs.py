@@ -134,8 +134,21 @@ def test_the_guide_quotes_every_role_and_admin_tool() -> None:
     first_words = {" ".join(c.variants[0][:2]) for c in ALL_COMMANDS if c.variants[0]}
     roles = {words.split()[0] for words in first_words}
     assert {"runner", "worker", "quickstart", "cluster", "admin"} <= roles
-    for tool in ("status", "list", "create", "cancel", "acknowledge-stopped", "store", "config"):
+    tools = ("status", "list", "create", "cancel", "acknowledge-stopped", "store", "config")
+    beyond_the_seeds = ("run-now", "enable", "update", "pause", "resume", "backfill")
+    for tool in (*tools, *beyond_the_seeds):
         assert f"admin {tool}" in first_words, tool
+
+
+def test_the_guide_shows_every_command_of_the_table_as_a_checked_example() -> None:
+    from appliance.runner.command_table import COMMANDS
+
+    shown = {
+        document["action"]
+        for _block, document, kind in CONFIG_EXAMPLES
+        if kind == "command" and isinstance(document.get("action"), str)
+    }
+    assert set(COMMANDS) <= shown, sorted(set(COMMANDS) - shown)
 
 
 @pytest.mark.parametrize("command", ALL_COMMANDS, ids=_id)

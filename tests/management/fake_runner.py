@@ -118,3 +118,39 @@ class FakeRunner:
             "occurrence_id": command["occurrence_id"],
             "state": None if occurrence is None else occurrence["state"],
         }
+
+    # The commands beyond seeds/001 (issue 22): the listener only routes them.
+    def _run_now(self, command: dict[str, Any]) -> dict[str, Any]:
+        occurrence_id = self.add_occurrence_locked(command["id"], "Pending")
+        return {"id": command["id"], "occurrence_id": occurrence_id, "repeated": False}
+
+    def add_occurrence_locked(self, schedule_id: int, state: str) -> int:
+        occurrence_id = 100 + len(self.occurrences) + 1
+        self.occurrences[occurrence_id] = {
+            "id": occurrence_id,
+            "schedule_id": schedule_id,
+            "state": state,
+            "attempt": 1,
+        }
+        return occurrence_id
+
+    def _enable(self, command: dict[str, Any]) -> dict[str, Any]:
+        schedule = self.schedules.get(command["id"])
+        if schedule is not None:
+            schedule["enabled"] = True
+        return {"id": command["id"], "enabled": schedule is not None}
+
+    def _update(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {"id": command["id"], "changed": command["id"] in self.schedules}
+
+    def _pause(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {"paused": True, "changed": True}
+
+    def _resume(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {"paused": False, "moved": []}
+
+    def _backfill(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {"id": command["id"], "created": [], "existing": [], "overlap": []}
+
+    def _backfill_preview(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {**self._backfill(command), "preview": True}

@@ -142,3 +142,12 @@ def test_an_ambiguous_send_is_uncertain_and_the_next_endpoint_never_sees_it(pair
     assert swallower.received.is_set()
     assert code == 1 and "uncertain" in err and "NOT re-sent" in err
     assert owner.runner.executed == []
+
+
+def test_an_https_endpoint_keeps_its_scheme_and_must_still_be_loopback() -> None:
+    assert endpoints(["https://127.0.0.1:4601", "127.0.0.1:4602"]) == [
+        "https://127.0.0.1:4601",
+        "http://127.0.0.1:4602",
+    ]
+    with pytest.raises(UsageError, match="loopback"):
+        endpoints(["https://10.0.0.1:4601"])

@@ -108,6 +108,52 @@ def test_an_unreachable_listener_is_reported_as_not_sent(tokens) -> None:
     assert code == 1 and "nothing was sent" in err
 
 
+def test_the_commands_beyond_the_seeds_send_their_documents(live: Live, tokens, tmp_path) -> None:
+    run(live, ["create", "-"], stdin=json.dumps(DEFINITION))
+    code_file = tmp_path / "job.js"
+    code_file.write_text("console.log('v2')")
+    argvs = [
+        ["run-now", "1", "--request-id", "deploy-7"],
+        ["enable", "1", "--catch-up"],
+        ["update", "1", "--cron", "5 * * * *", "--no-name", "--code-file", str(code_file)],
+        ["pause"],
+        ["resume"],
+        ["backfill", "1", "--start", "2027-01-15T07:00:00Z", "--end", "2027-01-15T08:00:00Z"],
+        [
+            "backfill",
+            "1",
+            "--start",
+            "2027-01-15T07:00:00Z",
+            "--end",
+            "2027-01-15T08:00:00Z",
+            "--overlap",
+            "Skip",
+            "--preview",
+        ],
+    ]
+    for argv in argvs:
+        code, _, err = run(live, argv)
+        assert code == 0, (argv, err)
+    sent = live.runner.executed[1:]
+    assert sent[0] == {"action": "run_now", "id": 1, "request_id": "deploy-7"}
+    assert sent[1] == {"action": "enable", "id": 1, "catch_up": True}
+    assert sent[2] == {
+        "action": "update",
+        "id": 1,
+        "name": None,
+        "code": "console.log('v2')",
+        "cron": "5 * * * *",
+    }
+    assert [c["action"] for c in sent[3:]] == ["pause", "resume", "backfill", "backfill_preview"]
+    assert sent[6]["overlap"] == "Skip"
+
+
+def test_an_update_without_a_field_is_a_usage_error_and_sends_nothing(live: Live, tokens) -> None:
+    code, _, err = run(live, ["update", "1"])
+    assert code == 2 and "at least one" in err
+    assert live.runner.executed == []
+
+
 def test_create_of_a_definition_with_several_problems_lists_them_all(live: Live, tokens) -> None:
     bad = {**DEFINITION, "cron": "61 * * * *", "timezone": "Mars/Base"}
     code, _, err = run(live, ["create", "-"], stdin=json.dumps(bad))

@@ -95,7 +95,7 @@ def test_management_credentials_follow_the_matrix(
     if operation == "tools/list":
         names = {tool["name"] for tool in payload["tools"]}
         assert ("scheduler_acknowledge_stopped" in names) is (kind == "recovery")
-        assert len(names) == (7 if kind == "recovery" else 6)
+        assert len(names) == (14 if kind == "recovery" else 13)
         assert payload["cacheScope"] == "private"
     elif operation == "server/discover":
         assert payload["supportedVersions"] == ["2026-07-28"]

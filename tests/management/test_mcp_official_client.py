@@ -53,9 +53,16 @@ def test_operator_lists_tools_without_the_recovery_tool(live: Live, mode: str) -
         "scheduler_disable",
         "scheduler_cancel",
         "scheduler_delete",
+        "scheduler_run_now",
+        "scheduler_enable",
+        "scheduler_update",
+        "scheduler_pause",
+        "scheduler_resume",
+        "scheduler_backfill",
+        "scheduler_backfill_preview",
     ]
     names = with_client(live, "recovery", body, mode)
-    assert names[-1] == "scheduler_acknowledge_stopped" and len(names) == 7
+    assert names[-1] == "scheduler_acknowledge_stopped" and len(names) == 14
 
 
 def test_operator_creates_lists_and_cancels(live: Live) -> None:
@@ -102,7 +109,11 @@ def test_recovery_acknowledges_with_explicit_attestation(live: Live) -> None:
 
 @pytest.mark.parametrize(
     ("name", "arguments"),
-    [("scheduler_update", {"id": 1}), ("scheduler_disable", {"id": 1, "force": True})],
+    [
+        ("scheduler_retry", {"id": 1}),
+        ("scheduler_update", {"id": 1}),  # a known tool, but no field to change
+        ("scheduler_disable", {"id": 1, "force": True}),
+    ],
 )
 def test_unknown_tools_and_fields_raise_invalid_params_in_the_sdk(
     live: Live, name: str, arguments: dict[str, Any]
@@ -114,3 +125,21 @@ def test_unknown_tools_and_fields_raise_invalid_params_in_the_sdk(
 
     assert with_client(live, "operator", body) == INVALID_PARAMS
     assert live.runner.executed == []
+
+
+def test_the_extension_tools_are_called_like_the_others(live: Live) -> None:
+    async def body(client: Client):
+        created = await client.call_tool("scheduler_create", {"definition": DEFINITION})
+        sid = reply(created)["result"]["id"]
+        ran = await client.call_tool("scheduler_run_now", {"id": sid, "request_id": "r-1"})
+        paused = await client.call_tool("scheduler_pause", {})
+        with pytest.raises(MCPError) as malformed:
+            await client.call_tool("scheduler_backfill", {"id": sid, "start": 5, "end": 6})
+        return ran, paused, malformed.value.code
+
+    ran, paused, malformed = with_client(live, "operator", body)
+    assert ran.is_error is False and reply(ran)["action"] == "run_now"
+    assert "repeated request_id" in reply(ran)["meaning"]
+    assert paused.is_error is False and reply(paused)["result"]["paused"] is True
+    assert malformed == INVALID_PARAMS
+    assert [c["action"] for c in live.runner.executed] == ["create", "run_now", "pause"]

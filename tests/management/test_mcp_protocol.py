@@ -156,6 +156,13 @@ def test_tools_list_is_private_and_credential_dependent(harness: Harness) -> Non
         "scheduler_disable",
         "scheduler_cancel",
         "scheduler_delete",
+        "scheduler_run_now",
+        "scheduler_enable",
+        "scheduler_update",
+        "scheduler_pause",
+        "scheduler_resume",
+        "scheduler_backfill",
+        "scheduler_backfill_preview",
         "scheduler_acknowledge_stopped",
     ]
     for tool in listed["recovery"].values():

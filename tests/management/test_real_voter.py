@@ -198,7 +198,7 @@ def test_sdk_client_creates_lists_and_cancels_on_a_real_voter(real: RealVoter) -
         return tools, created, listed
 
     tools, created, listed = sdk(real, "operator", create_and_list)
-    assert "scheduler_acknowledge_stopped" not in tools and len(tools) == 6
+    assert "scheduler_acknowledge_stopped" not in tools and len(tools) == 13
     assert created.is_error is False and text(created)["result"]["id"] == 1
     view = text(listed)
     assert view["result"]["stale_local_view"] is True

@@ -34,6 +34,9 @@ def test_inspecting_a_clean_store_reports_its_facts_and_changes_nothing(data_dir
         "applied_index": 2,
         "checkpoint_parts": 2,
         "checkpoint_bytes": len(b'{"epoch":1}') + len(b'{"name":"s"}'),
+        "snapshot_index": 0,
+        "snapshot_term": 0,
+        "log_reclaimable_entries": 0,
     }
 
 

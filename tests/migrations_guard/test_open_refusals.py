@@ -126,11 +126,11 @@ def test_a_newer_minimum_reader_is_refused(data_dir: Path, store: Path) -> None:
     # What a newer binary would write: a valid checksum over a reader version we do not have.
     raw_execute(
         store,
-        "UPDATE meta SET value = '3', checksum = ? WHERE key = 'min_reader_version'",
-        (schema.meta_checksum("min_reader_version", "3"),),
+        "UPDATE meta SET value = '5', checksum = ? WHERE key = 'min_reader_version'",
+        (schema.meta_checksum("min_reader_version", "5"),),
     )
     message = refused(data_dir)
-    assert "needs reader version 3 but this binary reads up to 2" in message
+    assert "needs reader version 5 but this binary reads up to 4" in message
     assert "unresolved Cancelling" in message
 
 

@@ -140,3 +140,22 @@ def test_the_checkpoint_holds_every_applied_transition_once_the_machine_is_close
         again.close()
     finally:
         reopened.close()
+
+
+def test_a_pause_raises_the_stores_minimum_reader_version_to_the_commands_reader(
+    tmp_path: Path,
+) -> None:
+    from appliance.store.versions import READER_VERSION_BASELINE, READER_VERSION_COMMANDS
+
+    store = open_runner(tmp_path)
+    try:
+        machine = Machine(store, Limits())
+        machine.apply(1, encode_command(core.AcquireOwnership("n1", 1, 1_000)))
+        assert machine.flush(10.0)
+        assert store.min_reader_version() == READER_VERSION_BASELINE
+        assert isinstance(machine.apply(2, encode_command(core.Pause(1_001))), Accepted)
+        assert machine.flush(10.0)
+        assert store.min_reader_version() == READER_VERSION_COMMANDS
+        assert machine.close()
+    finally:
+        store.close()

@@ -14,6 +14,8 @@ for the healed nodes (from the moment a wiped voter is back).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from appliance.raft import node as raft_node
@@ -34,8 +36,11 @@ def test_500_seeds_of_three_voters_with_every_fault_have_no_violation() -> None:
     assert [f"seed {r.seed}: {r.violation}" for r in results if not r.ok] == []
     # The lost-store fault is among "every fault": it strikes, and the wiped voters catch up.
     losses = sum(r.disk_losses for r in results)
-    assert losses >= 150
+    assert losses >= 130
     assert sum(r.recoveries_completed for r in results) >= 0.9 * losses
+    # Compaction runs in every seed, and followers behind it catch up by snapshot.
+    assert sum(r.compactions > 0 for r in results) >= 450  # the rest apply under 20 entries
+    assert sum(r.snapshots_installed for r in results) >= 500
 
 
 def test_100_seeds_of_five_voters_with_every_fault_have_no_violation() -> None:
@@ -143,8 +148,9 @@ def test_a_recovering_voter_that_votes_and_campaigns_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Mutation: ignore the recovering flag (no quiet start, votes, campaigns). The wiped voter
-    votes on its empty log and forgets its vote: seed 23 elects a leader missing a committed
-    entry, seed 13 elects two leaders in one term (docs/reliability.md).
+    votes on its empty log and forgets its vote: seed 8 elects a leader missing a committed
+    entry, seed 62 elects two leaders in one term (docs/reliability.md; seeds 23 and 13 before
+    the simulator compacted the log).
     """
     original = raft_node.RaftNode.__init__
 
@@ -154,10 +160,10 @@ def test_a_recovering_voter_that_votes_and_campaigns_is_caught(
         self._quiet_ticks_left = 0
 
     monkeypatch.setattr(raft_node.RaftNode, "__init__", ignore_recovering)
-    assert "leader completeness" in run_seed(23, ALL_FAULTS).violation
-    assert "election safety" in run_seed(13, ALL_FAULTS).violation
+    assert "leader completeness" in run_seed(8, ALL_FAULTS).violation
+    assert "election safety" in run_seed(62, ALL_FAULTS).violation
     monkeypatch.undo()
-    assert run_seed(23, ALL_FAULTS).ok and run_seed(13, ALL_FAULTS).ok  # the real core passes
+    assert run_seed(8, ALL_FAULTS).ok and run_seed(62, ALL_FAULTS).ok  # the real core passes
 
 
 def test_without_lost_stores_no_voter_is_ever_recovering() -> None:
@@ -212,7 +218,8 @@ def test_committing_an_older_terms_entry_by_counting_replicas_is_caught(
 ) -> None:
     """Figure 3.7 (the paper's figure 8). Rare at random: it needs a leader that dies after
     persisting but before sending (or, with the leader's early send, sending then dying before
-    its fsync); seed 11 (all faults, 3 voters) reaches it."""
+    its fsync); seed 11 (all faults, 3 voters, without compaction) reaches it. With compaction
+    on, 400 seeds did not (the extra randomness per seed moves every run)."""
     from appliance.raft import quorum
 
     def count_any_term(self):  # type: ignore[no-untyped-def]
@@ -221,6 +228,6 @@ def test_committing_an_older_terms_entry_by_counting_replicas_is_caught(
             self.log.commit_to(max(self.log.commit, quorum.committed_index(matches)))
 
     monkeypatch.setattr(raft_node.RaftNode, "_maybe_commit", count_any_term)
-    result = run_seed(11, ALL_FAULTS)
+    result = run_seed(11, dataclasses.replace(ALL_FAULTS, compaction=False))
     assert not result.ok
     assert "leader completeness" in result.violation or "safety" in result.violation

@@ -28,6 +28,14 @@ owner, stops new slots (the schedule is disabled) and runs until the work settle
   never held a permit — so ``Unknown`` is never retried automatically;
 * at the end no occurrence is silently lost: each is terminal, ``Unknown`` or ``Cancelling``;
 * replicas are byte-identical.
+
+Operator commands beyond the seeds (issue 22) come from a stream of their own (so each seed's
+fault sequence is unchanged): ``run_now`` with request ids (repeated, also by a later owner and
+committed late by a deposed one; even seeds only, so the odd ones keep exactly their earlier
+runs), ``update`` of the code mid-run, ``pause``/``resume``,
+``disable``/``enable`` and ``backfill``. Their checkers: a request id yields at most one
+occurrence, every claim binds the digest of the code its occurrence was created with, and while
+paused nothing is created by observation and nothing is claimed.
 """
 
 from __future__ import annotations
@@ -36,9 +44,10 @@ import contextlib
 import json
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from appliance.core.binding import payload_sha256
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
@@ -47,11 +56,13 @@ from appliance.core.state import (
     AcquireOwnership,
     Admit,
     Authority,
+    Backfill,
     Binding,
     Cancel,
     ClaimOccurrence,
     ConfirmCancelled,
     DisableSchedule,
+    EnableSchedule,
     FenceAfterCancel,
     Granted,
     MarkUnknown,
@@ -59,11 +70,17 @@ from appliance.core.state import (
     ObserveAndClaim,
     ObservedAndClaimed,
     ObservedSchedule,
+    Pause,
     RecordOutcome,
+    Resume,
     RetryDue,
+    RunNow,
+    RunNowResult,
     SchedulerState,
     SeedInitialSchedules,
+    Skipped,
     Takeover,
+    UpdateSchedule,
     admission_record,
     apply,
     binding_for,
@@ -136,6 +153,8 @@ class Cluster:
         self.permits: dict[tuple[int, int], str] = {}  # (occurrence, attempt) -> incarnation
         self.checker = TransitionChecker(seed, self.permits)
         self.events: Counter = Counter()  # (command, outcome) -> how often, for coverage
+        self.created_digest: dict[int, str] = {}  # occurrence id -> its code's digest at creation
+        self.requests: dict[str, int | None] = {}  # run_now request id -> its occurrence
 
     def commit(self, command: Any) -> Any:
         """Append to the log and apply on every live replica; the result (value or CoreError)."""
@@ -144,6 +163,9 @@ class Cluster:
         if decoded != command:
             raise Violation(self.seed, "wire", f"{command!r} does not round-trip")
         self.log.append(decoded)
+        watched = self.replicas[self._watcher()]
+        paused_before = "paused" in watched.extra
+        created_before = watched.next_occurrence_id
         results = []
         for index, replica in enumerate(self.replicas):
             if index in self.down:
@@ -170,7 +192,49 @@ class Cluster:
             if key in self.permits:
                 raise Violation(self.seed, "one permit per invocation", f"second permit {key}")
             self.permits[key] = first.incarnation
+        self._check_operator_rules(decoded, first, paused_before, created_before)
         return first
+
+    def _check_operator_rules(
+        self, command: Any, result: Any, paused_before: bool, created_before: int
+    ) -> None:
+        state = self.replicas[self._watcher()]
+        for oid in range(created_before, state.next_occurrence_id):
+            record = state.occurrences.get(oid)
+            schedule = None if record is None else state.schedules.get(record.schedule_id)
+            if schedule is not None:
+                self.created_digest[oid] = payload_sha256(schedule.definition.code)
+            if paused_before and isinstance(command, Observe | ObserveAndClaim):
+                raise Violation(self.seed, "nothing selected while paused", f"occurrence {oid}")
+        claims = []
+        if isinstance(command, ClaimOccurrence) and not isinstance(result, CoreError):
+            claims.append(command.binding)
+        if isinstance(result, ObservedAndClaimed):
+            for record in result.claimed:
+                admission = admission_record(state, record.id)
+                if admission is not None and admission.claim_for(record.attempt) is not None:
+                    claims.append(admission.claim_for(record.attempt))
+        for binding in claims:
+            if paused_before:
+                raise Violation(self.seed, "nothing claimed while paused", repr(binding))
+            created = self.created_digest.get(binding.occurrence_id)
+            if created is not None and binding.payload_sha256 != created:
+                raise Violation(
+                    self.seed,
+                    "a live occurrence keeps its code",
+                    f"occurrence {binding.occurrence_id} claimed with another code",
+                )
+            schedule = state.schedules.get(binding.schedule_id)
+            if schedule is not None and payload_sha256(schedule.definition.code) != created:
+                self.events[("claim", "kept code")] += 1
+        if isinstance(command, RunNow) and isinstance(result, RunNowResult):
+            if command.request_id is not None:
+                first = self.requests.setdefault(command.request_id, result.occurrence_id)
+                if first != result.occurrence_id:
+                    raise Violation(
+                        self.seed, "one occurrence per request id", f"{command.request_id}"
+                    )
+            self.events[("RunNow", "repeated" if result.repeated else "first")] += 1
 
     def _apply(self, index: int, replica: SchedulerState, command: Any) -> Any:
         watch = index == self._watcher()
@@ -386,6 +450,11 @@ class Simulation:
         self.zombie_dispatches: list[Binding] = []  # a deposed owner's dispatches, still running
         self.definition = parse_definition(DEFINITION, LIMITS)
         self.disabled = False
+        # The operator's commands: a stream of their own, like fold_rng.
+        self.ops_rng = random.Random(seed ^ 0x0FE4A7)
+        self.operator_on = seed % 2 == 0  # even seeds only: odd ones keep their old runs
+        self.versions = 0
+        self.request_ids: list[str] = []
 
     # -- driving --
 
@@ -416,6 +485,53 @@ class Simulation:
         if self.zombie_dispatches and rng.random() < 0.3:
             self.worker.exec(self.zombie_dispatches.pop(0), self.now_s)
         self._owner_tick()
+        self._operator()
+
+    def _operator(self) -> None:
+        """One operator command now and then, proposed through the current owner."""
+        rng, owner = self.ops_rng, self.owner
+        if not self.operator_on or self.faults is NO_FAULTS:
+            return  # odd seeds run as before; in the liveness phase the operator has stopped
+        if owner is None or not owner.acquired or rng.random() > 0.25:
+            return
+        state = self._state()
+        progress = state.progress.get(1)
+        if progress is None or 1 not in state.schedules:
+            return
+        now, cursor = self.now_s, progress.cursor_s
+        skipped = (Skipped(1, cursor, max(0, now // SLOT_S - cursor // SLOT_S)),)
+        choice = rng.random()
+        if choice < 0.3:
+            if self.request_ids and rng.random() < 0.5:
+                request_id = rng.choice(self.request_ids)  # a client repeating after no answer
+            else:
+                request_id = f"req-{len(self.request_ids)}"
+                self.request_ids.append(request_id)
+            command = RunNow(1, now, request_id)
+            self._propose(command)
+            if rng.random() < 0.3:
+                self.late.append(command)  # the same request, also committed late
+        elif choice < 0.5:
+            self.versions += 1
+            current = state.schedules[1].definition
+            new = replace(current, code=f"console.log('v{self.versions}')")
+            self._propose(UpdateSchedule(1, new, ("code",), now))
+        elif choice < 0.65 and not self.disabled:
+            if "paused" in state.extra:
+                self._propose(Resume(now, rng.random() < 0.5, skipped))
+            else:
+                self._propose(Pause(now))
+        elif choice < 0.8 and not self.disabled:
+            if state.schedules[1].enabled:
+                self._propose(DisableSchedule(1, now))
+            else:
+                self._propose(EnableSchedule(1, now, rng.random() < 0.5, skipped))
+        else:
+            end = cursor - rng.randint(0, 600)
+            start = end - rng.randint(0, 900)
+            slots = tuple(range((start // SLOT_S + 1) * SLOT_S, end + 1, SLOT_S))[:20]
+            overlap = rng.choice(("Skip", "Queue", "Concurrent"))
+            self._propose(Backfill(1, start, end, slots, overlap, now))
 
     def _propose(self, command: Any) -> Any:
         return self.cluster.commit(command)
@@ -460,6 +576,7 @@ class Simulation:
         for binding in self.zombie_dispatches:
             self.worker.exec(binding, self.now_s)
         self.zombie_dispatches = []
+        self._propose(Resume(self.now_s, False, ()))  # the liveness phase runs unpaused
         self._owner_tick()
         result = self._propose(DisableSchedule(1, self.now_s))
         self.disabled = not isinstance(result, CoreError)

@@ -46,6 +46,17 @@ def test_the_faults_reach_every_rule_under_test():
         ("FenceAfterCancel", "PermitExists"),  # not-launched is unprovable with a permit
         ("MarkUnknown", "ok"),
         ("AcknowledgeStopped", "ok"),
+        # The operator commands beyond the seeds (issue 22), under the same takeovers:
+        ("RunNow", "first"),
+        ("RunNow", "repeated"),  # a repeated request id gets the first answer
+        ("RunNow", "Paused"),
+        ("UpdateSchedule", "ok"),
+        ("claim", "kept code"),  # a live occurrence claimed on the code an update replaced
+        ("Pause", "ok"),
+        ("Resume", "ok"),
+        ("ClaimOccurrence", "ClaimRefused"),  # among them: claims while paused
+        ("EnableSchedule", "ok"),
+        ("Backfill", "ok"),
     ]:
         assert events[needed] > 0, needed
 
@@ -87,6 +98,30 @@ def test_the_checkers_catch_a_takeover_that_fences_admitted_work(monkeypatch):
     violation = _first_violation(range(30))
     assert violation is not None
     assert violation.rule == "no automatic retry without a confirmed failure"
+
+
+def test_the_checkers_catch_a_claim_that_binds_the_current_code(monkeypatch):
+    # The bug issue 22 names: claims use the current definition's code, not the occurrence's.
+    from appliance.core import admission, live_code
+
+    monkeypatch.setattr(admission, "code_for", lambda schedule, oid: schedule.definition.code)
+    monkeypatch.setattr(
+        admission,
+        "digest_for",
+        lambda schedule, oid: live_code.payload_digest(schedule.definition.code),
+    )
+    violation = _first_violation(range(30))
+    assert violation is not None
+    assert violation.rule == "a live occurrence keeps its code"
+
+
+def test_the_checkers_catch_a_run_now_that_forgets_its_request(monkeypatch):
+    from appliance.core import schedule_commands
+
+    monkeypatch.setattr(schedule_commands, "_requests", lambda t: [])
+    violation = _first_violation(range(30))
+    assert violation is not None
+    assert violation.rule == "one occurrence per request id"
 
 
 def test_the_checkers_catch_an_occurrence_left_behind(monkeypatch):

@@ -315,4 +315,8 @@ def test_a_creation_interrupted_before_sealing_is_redone_from_scratch(data_dir: 
     (data_dir / (RUNNER_FILE_NAME + ".creating-wal")).write_bytes(b"stale")
     with open_runner(data_dir) as store:
         assert store.created
-    assert sorted(p.name for p in data_dir.iterdir()) == ["LOCK", RUNNER_FILE_NAME]
+    assert sorted(p.name for p in data_dir.iterdir()) == [
+        "LOCK",
+        RUNNER_FILE_NAME,
+        RUNNER_FILE_NAME + "-session",
+    ]

@@ -35,15 +35,16 @@ def test_an_opened_store_has_a_preallocated_wal_that_commits_overwrite_without_g
 def test_a_store_killed_before_its_first_commit_after_an_open_inspects_and_opens_cleanly(
     tmp_path: Path,
 ) -> None:
-    """Killed right after an open: beside the store lies a -wal of zeros (and maybe a -shm)."""
+    """Killed in an open right after the -wal was preallocated (before the open's own first
+    commit, its session number): beside the store lies a -wal of zeros."""
     live, crashed = tmp_path / "live", tmp_path / "crashed"
     with open_runner(live) as store:
         store.persist(term=3, voted_for="n2", entries=[(1, 3, b"kept")])
-    with open_runner(live):  # opened again (a fresh preallocated -wal), then "killed"
-        crashed.mkdir()
-        for path in live.iterdir():  # the files as a SIGKILL would leave them
-            if path.is_file():
-                shutil.copy2(path, crashed / path.name)
+    crashed.mkdir()
+    for path in live.iterdir():  # the files of the closed store
+        if path.is_file():
+            shutil.copy2(path, crashed / path.name)
+    assert preallocate_wal(crashed / RUNNER_FILE_NAME) is True  # then the "kill"
     assert (crashed / (RUNNER_FILE_NAME + "-wal")).read_bytes() == bytes(WAL_PREALLOCATE_BYTES)
     facts = inspect_store(crashed)
     assert facts.problems == ()

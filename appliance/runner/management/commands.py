@@ -1,7 +1,7 @@
 """Validation and authorization of one management command, before it may enter the queue.
 
 Theory of operation. HTTP (``POST /scheduler/v1/commands``, the two GET routes) and MCP tools
-carry the same seven commands as stdin (seeds/001, "Operator commands and states"); this module
+carry the same commands as stdin (seeds/001's seven, and those of issue 22); this module
 is their one gate. ``check_command`` returns the normalized stdin document to submit, or raises
 ``Refused`` with the HTTP status of seeds/001 "Error behavior":
 
@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.limits import Limits
+from appliance.runner.command_args import ArgumentError
 from appliance.runner.command_table import COMMANDS, MUTATIONS, RECOVERY_ACTIONS
 
 __all__ = ["MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
@@ -110,17 +111,29 @@ def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> d
             raise _shape(f"{key}: unknown field for {action}", str(key))
     if action == "acknowledge_stopped":
         _check_attestation(arguments)
-    for key in expected:
+    spec = COMMANDS[action]
+    for key in spec.required:
         if key not in arguments:
             raise _shape(f"{key}: required for {action}", key)
     document: dict[str, Any] = {"action": action}
     for key in expected:
-        if key in COMMANDS[action].id_fields:
+        if key not in arguments:
+            continue  # an optional field (spec.optional)
+        if key in spec.id_fields:
             document[key] = _positive_id(arguments[key], key)
         elif key == "definition":
             document[key] = _definition(arguments[key], limits)
         elif key == "dispatcher_and_work_quiesced":
             document[key] = True  # checked above: exactly true
+        else:
+            document[key] = arguments[key]  # checked by the row's check below
+    if spec.check is not None:
+        try:
+            spec.check(document)
+        except ArgumentError as err:
+            raise Refused(
+                400, "invalid_command", str(err), field=err.field, shape=err.shape
+            ) from None
     return document
 
 

@@ -8,6 +8,7 @@ construction (appliance.config.addresses).
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Mapping
 
 from appliance.config.addresses import HostPort, is_loopback_host
@@ -40,6 +41,7 @@ class ManagementListener:
         *,
         threads: int = 8,
         observability: Observability | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         if not is_loopback_host(addr.host):
             raise NotLoopback(
@@ -54,6 +56,7 @@ class ManagementListener:
             name="management",
             body_bytes_max=self.options.request_bytes_max,
             threads=threads,
+            ssl_context=ssl_context,  # management.tls (appliance.http.tls)
         )
 
     @property

@@ -1,6 +1,10 @@
 """The management MCP tools, one per command of the table: names, JSON Schemas, who sees them.
 
-The rows (fields, ids, role, description) are in appliance/runner/command_table.py.
+The rows (fields, ids, role, description) are in appliance/runner/command_table.py. Seven tools
+are seeds/001's; ``scheduler_run_now``, ``scheduler_enable``, ``scheduler_update``,
+``scheduler_pause``, ``scheduler_resume``, ``scheduler_backfill`` and
+``scheduler_backfill_preview`` are a documented extension (SPEC §11, issue 22), listed before the
+recovery tool, which stays last.
 
 Arguments are the stdin commands of seeds/001 without ``action``; ``status`` and ``list`` take an
 empty object. Schemas are JSON Schema 2020-12 with ``additionalProperties: false`` everywhere, so
@@ -19,6 +23,7 @@ from appliance.core.definition import (
     CODE_BYTES_MAX,
     CRON_BYTES_MAX,
     DELAY_SECONDS_MAX,
+    JITTER_SECONDS_MAX,
     MAX_RETRIES_MAX,
     NAME_BYTES_MAX,
     TIMEZONE_BYTES_MAX,
@@ -69,6 +74,13 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
             "missed": missed,
             "overlap": {"enum": ["Skip", "Queue", "Concurrent"]},
             "retry": retry,
+            "jitter_seconds": {
+                "type": "integer",
+                "minimum": 0,
+                "maximum": JITTER_SECONDS_MAX,
+                "description": "optional: each slot starts up to this many seconds late, by a "
+                "delay derived from SHA-256 of (schedule id, slot), never at the next slot",
+            },
         },
     )
     return _object(
@@ -93,6 +105,33 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
     )
 
 
+_INSTANT: Final = {
+    "type": "string",
+    "description": "an RFC 3339 instant with an offset, e.g. 2026-12-01T10:00:00Z",
+}
+# The fields of the commands beyond seeds/001 (command_args.py checks them).
+_EXTENSION_FIELDS: Final[Mapping[str, Mapping[str, Any]]] = {
+    "request_id": {
+        "type": "string",
+        "pattern": "^[A-Za-z0-9._:-]{1,64}$",
+        "description": "deduplicates repeats (the newest 64 are remembered)",
+    },
+    "catch_up": {
+        "type": "boolean",
+        "description": "apply the schedule's missed policy to the span (default false: no "
+        "backlog)",
+    },
+    "name": {"type": ["string", "null"], "description": "the new name; null removes it"},
+    "start": _INSTANT,
+    "end": _INSTANT,
+    "overlap": {
+        "enum": ["Skip", "Queue", "Concurrent"],
+        "description": "how the backfilled slots are admitted (default Queue): Skip creates "
+        "none while the schedule has live work",
+    },
+}
+
+
 def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, Any]:
     if field in spec.id_fields:
         return dict(_ID)
@@ -104,6 +143,10 @@ def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, An
             "description": "true only when a human attested quiescence; never "
             "inferred or auto-approved by an agent",
         }
+    if field in _EXTENSION_FIELDS:
+        return dict(_EXTENSION_FIELDS[field])
+    if field in ("code", "cron", "timezone", "policy"):  # update: one field of a definition
+        return definition_schema(limits)["properties"][field]
     raise ValueError(f"{spec.action}.{field}: no JSON Schema for this field")
 
 
@@ -113,11 +156,16 @@ def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
     tools: dict[str, dict[str, Any]] = {}
     for action, spec in COMMANDS.items():
         properties = {field: _field_schema(field, spec, limits) for field in spec.fields}
-        required = tuple(f for f in spec.fields if f not in spec.schema_optional)
+        required = tuple(
+            f for f in spec.fields if f not in spec.schema_optional and f not in spec.optional
+        )
+        schema = _object(properties, required)
+        if spec.schema_min_properties:
+            schema["minProperties"] = spec.schema_min_properties
         tools[f"scheduler_{action}"] = {
             "action": action,
             "description": spec.description,
-            "inputSchema": _object(properties, required),
+            "inputSchema": schema,
         }
     return tools
 

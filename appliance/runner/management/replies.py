@@ -52,6 +52,16 @@ MEANING: Final[Mapping[str, str]] = {
     "cancel": "cancellation intent was recorded (Cancelling); the occurrence is Cancelled only "
     "once the engine confirms the work stopped, and completion may still win",
     "delete": "the definition was deleted; its live occurrences still run to a terminal state",
+    "run_now": "committed: the occurrence named was created due now (it is claimed like any "
+    "other), or none was created for the reason given; a repeated request_id gets the first answer",
+    "enable": "the schedule is enabled; without catch_up it resumes from now with no backlog",
+    "update": "the new definition is committed for future occurrences; live occurrences keep "
+    "the code they were created with",
+    "pause": "scheduling is paused cluster-wide: nothing is selected or started; running work "
+    "continues and can be cancelled",
+    "resume": "scheduling resumed; without catch_up the paused span is skipped (counted missed)",
+    "backfill": "the listed occurrences were created for past slots that had none retained",
+    "backfill_preview": "what backfill would create now; nothing was created",
     "acknowledge_stopped": "the occurrence was marked Abandoned on the attested quiescence; this "
     "does not cancel a previously admitted permit or undo external effects",
 }
@@ -156,10 +166,10 @@ def run_command(
         return error_outcome(exc.status, exc.code, exc.message)
     except Uncertain as exc:
         log.warning("management: %s outcome uncertain: %s", action, exc.reason)
-        return _uncertain(action)
+        return _uncertain(action, command)
     except Exception:
         log.exception("management: %s failed after queue admission", action)
-        return _uncertain(action)
+        return _uncertain(action, command)
     reply = dict(reply)
     if reply.get("ok") is False:
         # A loop that answers with the stdin error shape instead of raising.
@@ -187,28 +197,33 @@ def run_command(
             log.info("management: %s refused: %s", action, refusal.message)
             return error_outcome(refusal.status, refusal.code, refusal.message)
         log.warning("management: %s failed after queue admission: %r", action, reply.get("error"))
-        return _uncertain(action)
+        return _uncertain(action, command)
     reply.pop("ok", None)
     body = {"ok": True, "action": action, "meaning": MEANING[action], "result": redact(reply)}
     return Outcome(200, body)
 
 
-def _uncertain(action: str) -> Outcome:
+def _uncertain(action: str, command: Mapping[str, Any]) -> Outcome:
     if action not in MUTATION_ACTIONS:
         # A read changes nothing: there is no outcome to be uncertain about.
         return error_outcome(
             503, "unavailable", f"the runner could not answer {action} now; asking again is safe"
         )
-    advice = (
-        "inspect state (status, list) and the voter's diagnostics before acting; "
-        "never retry creation blindly"
-        if action == "create"
-        else "inspect state (status, list) and the voter's diagnostics before acting"
-    )
+    # A run_now with a request_id is deduplicated in the checkpoint: repeating it is safe.
+    deduplicated = action == "run_now" and command.get("request_id") is not None
+    if deduplicated:
+        advice = "repeat it with the same request_id: the first answer comes back, once"
+    elif action == "create":
+        advice = (
+            "inspect state (status, list) and the voter's diagnostics before acting; "
+            "never retry creation blindly"
+        )
+    else:
+        advice = "inspect state (status, list) and the voter's diagnostics before acting"
     return error_outcome(
         503,
         "outcome_uncertain",
         f"the command was queued but its outcome is uncertain: {advice}",
         outcome="uncertain",
-        retry_safe=False,
+        retry_safe=deduplicated,
     )

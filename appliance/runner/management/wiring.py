@@ -22,6 +22,11 @@ from typing import Any, Protocol
 
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
+from appliance.http.tls import (
+    cluster_client_context,
+    origin_client_context,
+    plain_listener_context,
+)
 from appliance.metrics.runner import RunnerMetrics
 from appliance.metrics.voter import VoterObservability, WorkerProbe
 from appliance.metrics.voters import VoterProbe
@@ -81,8 +86,14 @@ def voter_observability(
         runner,
         metrics=metrics,
         store=store,
-        probe=VoterProbe(peers, credentials.cluster) if peers else None,
-        worker_probe=WorkerProbe(cfg.remote.url.url, credentials.worker),
+        probe=VoterProbe(
+            peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)
+        )
+        if peers
+        else None,
+        worker_probe=WorkerProbe(
+            cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
+        ),
     )
 
 
@@ -113,6 +124,7 @@ class ManagementService:
             cfg.limits,
             options,
             observability=self.observability,
+            ssl_context=plain_listener_context(cfg.tls) if cfg.management.tls else None,
         )
 
     @property

@@ -1,0 +1,142 @@
+"""Arguments and owner-side planning of the operator commands beyond the seeds (issue 22).
+
+Theory of operation: the command table (``command_table.py``) names, per action, the fields and
+which may be omitted; this module holds each new action's argument check (the same for stdin,
+HTTP, MCP and ``admin``: it raises :class:`ArgumentError` naming the field) and its *plan*: the
+owner's pure step from the checked arguments, the instant, the committed state and the compiled
+calendar to the core command (SPEC §2: the calendar's answers travel in the command). A plan never
+writes; a refusal it raises (``CoreError``) is a definite 400, since nothing was proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, Final
+
+from appliance.core import state as core
+from appliance.core.command_plans import plan_backfill, plan_enable, plan_resume, plan_update
+from appliance.core.definition import OverlapPolicy
+from appliance.core.occurrence import INSTANT_MAX_S
+from appliance.core.schedule_commands import REQUEST_ID_BYTES_MAX, UPDATE_FIELDS
+
+Compiled = Callable[[int], Any]  # schedule id -> its compiled calendar (the owner's cache)
+INSTANT_TEXT_BYTES_MAX: Final = 64
+_REQUEST_CHARS: Final = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+)
+
+
+class ArgumentError(ValueError):
+    """A command argument that is malformed; ``shape`` when its type is wrong (MCP: invalid
+    params) rather than its content."""
+
+    def __init__(self, field: str, message: str, *, shape: bool = True) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.shape = shape
+
+
+def _bool(args: Mapping[str, Any], field: str) -> None:
+    if field in args and type(args[field]) is not bool:
+        raise ArgumentError(field, "must be true or false")
+
+
+def instant_arg(value: Any, field: str) -> int:
+    """An RFC 3339 instant with an offset (``2026-12-01T10:00:00Z``) as whole seconds."""
+    if not isinstance(value, str) or not 0 < len(value) <= INSTANT_TEXT_BYTES_MAX:
+        raise ArgumentError(field, "must be an RFC 3339 instant such as 2026-12-01T10:00:00Z")
+    try:
+        instant = datetime.fromisoformat(value)
+    except ValueError:
+        raise ArgumentError(field, "is not an RFC 3339 instant", shape=False) from None
+    if instant.tzinfo is None:
+        raise ArgumentError(field, "must carry an offset (Z or +hh:mm)", shape=False)
+    seconds = int(instant.timestamp() // 1)
+    if not 0 <= seconds <= INSTANT_MAX_S:
+        raise ArgumentError(field, "must be between 1970 and 9999", shape=False)
+    return seconds
+
+
+def check_run_now(args: Mapping[str, Any]) -> None:
+    request_id = args.get("request_id")
+    if request_id is None:
+        return
+    if not isinstance(request_id, str):
+        raise ArgumentError("request_id", "must be a string")
+    if not 0 < len(request_id) <= REQUEST_ID_BYTES_MAX or not set(request_id) <= _REQUEST_CHARS:
+        raise ArgumentError(
+            "request_id",
+            f"must be 1-{REQUEST_ID_BYTES_MAX} characters of A-Za-z0-9._:-",
+            shape=False,
+        )
+
+
+def check_catch_up(args: Mapping[str, Any]) -> None:
+    _bool(args, "catch_up")
+
+
+def check_update(args: Mapping[str, Any]) -> None:
+    given = [f for f in UPDATE_FIELDS if f in args]
+    if not given:
+        raise ArgumentError("id", f"update needs at least one of {', '.join(UPDATE_FIELDS)}")
+    for field in ("code", "cron", "timezone"):
+        if field in args and not isinstance(args[field], str):
+            raise ArgumentError(field, "must be a string")
+    if "name" in args and args["name"] is not None and not isinstance(args["name"], str):
+        raise ArgumentError("name", "must be a string or null")
+    if "policy" in args and not isinstance(args["policy"], dict):
+        raise ArgumentError("policy", "must be an object (it replaces the whole policy)")
+
+
+def check_backfill(args: Mapping[str, Any]) -> None:
+    start_s = instant_arg(args["start"], "start")
+    end_s = instant_arg(args["end"], "end")
+    if start_s > end_s:
+        raise ArgumentError("start", "must not be after end", shape=False)
+    overlap = args.get("overlap", OverlapPolicy.QUEUE.value)
+    if overlap not in {p.value for p in OverlapPolicy}:
+        raise ArgumentError("overlap", 'must be "Skip", "Queue" or "Concurrent"')
+
+
+# ---- plans: (arguments, instant, committed state, compiled calendars) -> core command ----------
+
+
+def plan_enable_args(
+    args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
+) -> Any:
+    schedule_id = args["id"]
+    if schedule_id not in st.schedules:
+        raise core.UnknownSchedule(f"id: no schedule {schedule_id}")
+    return plan_enable(st, compiled(schedule_id), schedule_id, at_s, args.get("catch_up", False))
+
+
+def plan_resume_args(
+    args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
+) -> Any:
+    calendars = {sid: compiled(sid) for sid, s in st.schedules.items() if s.enabled}
+    return plan_resume(st, calendars, at_s, args.get("catch_up", False))
+
+
+def plan_update_args(
+    args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
+) -> Any:
+    changes = {f: args[f] for f in UPDATE_FIELDS if f in args}
+    return plan_update(st, args["id"], changes, at_s)
+
+
+def plan_backfill_args(
+    args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
+) -> Any:
+    schedule_id = args["id"]
+    if schedule_id not in st.schedules:
+        raise core.UnknownSchedule(f"id: no schedule {schedule_id}")
+    return plan_backfill(
+        st,
+        compiled(schedule_id),
+        schedule_id,
+        instant_arg(args["start"], "start"),
+        instant_arg(args["end"], "end"),
+        at_s,
+        args.get("overlap", OverlapPolicy.QUEUE.value),
+    )
