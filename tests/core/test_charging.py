@@ -526,3 +526,22 @@ def test_the_admission_charge_is_reached_by_the_longest_rule_2_values() -> None:
     assert len(canonical_json(admission_to_json(longest))) == admission_bytes_fitted(
         record, None, schedule
     )
+
+
+@pytest.mark.parametrize("rules", [1, 2])
+@pytest.mark.parametrize("over_bytes", [0, 1])
+def test_run_now_sizes_its_record_by_the_same_rules_at_the_boundary(
+    rules: int, over_bytes: int
+) -> None:
+    """``run_now`` makes room by the checkpoint's rules too: at the growth limit exactly its
+    record is created, one byte over it is dropped for capacity."""
+    from appliance.core.schedule_commands import RunNow
+
+    state, _observe = _filled(rules, over_bytes)
+    result = apply(state, RunNow(1, T0 + 1)).value
+    if over_bytes == 0:
+        assert result.occurrence_id is not None and state.budget_bytes == GROWTH_BYTES_MAX
+    else:
+        assert result.occurrence_id is None and result.reason == "capacity"
+        assert state.budget_bytes <= GROWTH_BYTES_MAX
+    reloaded_same(state)
