@@ -109,7 +109,11 @@ def test_a_store_of_the_other_kind_is_refused() -> None:
 
 def test_every_reason_is_reported_not_only_the_first() -> None:
     decision = decide(
-        facts(schema_version=9, min_reader_version=5, problems=("x fails its checksum",)),
+        facts(
+            schema_version=9,
+            min_reader_version=BINARY_READER_VERSION + 1,
+            problems=("x fails its checksum",),
+        ),
         "e" * 64,
         BINARY_READER_VERSION,
     )
