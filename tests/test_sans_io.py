@@ -1,4 +1,4 @@
-"""The policy core and the Raft core are sans-I/O (SPEC §2, STYLE "Our habits").
+"""The policy core, the wire protocol module and the Raft core are sans-I/O (SPEC §2, STYLE).
 
 They take time and randomness as arguments and return decisions; they never import a clock,
 threads, sockets, the SQLite driver or the HTTP stack, and never read the wall clock. Only the Raft
@@ -31,7 +31,7 @@ IO_MODULE_NAMES = {
 
 
 def core_files() -> list[Path]:
-    files = sorted((ROOT / "core").rglob("*.py"))
+    files = sorted((ROOT / "core").rglob("*.py")) + sorted((ROOT / "protocol").rglob("*.py"))
     raft = ROOT / "raft"
     if raft.is_dir():
         files += [p for p in sorted(raft.rglob("*.py")) if p.name not in IO_MODULE_NAMES]

@@ -21,8 +21,12 @@ order so each refusal names the rule that failed:
 6. the grant has not expired (``at_s < expires_at``): otherwise ``grant_expired``.
 
 A definite "not launched" (``FenceAfterCancel``, after the worker answered
-``fenced_before_consume``) is committed only when no permit exists for the invocation; the fence
-then refuses any later admission. A permit is never removed by anything but retention.
+``fenced_before_consume``; ``FenceDispatch``, the owner's own uncertain or unanswered dispatch) is
+committed only when no permit exists for the invocation; the fence then refuses any later
+admission (rule 2 comes before every other rule that could let it through). ``Admit`` and
+``FenceDispatch`` of one invocation are ordered by the log: whichever commits first wins — a
+committed permit refuses the fence (``permit_exists``), a committed fence refuses the permit
+(``fenced``). A permit is never removed by anything but retention.
 """
 
 from __future__ import annotations
@@ -122,6 +126,19 @@ class FenceAfterCancel:
     """The worker answered ``fenced_before_consume``: fence the invocation (not launched)."""
 
     invocation: Invocation
+    at_s: int
+
+
+@dataclass(frozen=True)
+class FenceDispatch:
+    """The owner of ``epoch`` fences its own claim that holds no permit (an uncertain or
+    unanswered dispatch): definitely not launched, the occurrence is Pending again as the next
+    attempt (no retry spent), claimable from ``not_before_s`` (None: at once)."""
+
+    invocation: Invocation
+    epoch: int
+    reason: str
+    not_before_s: int | None
     at_s: int
 
 
@@ -315,6 +332,46 @@ def _fence_after_cancel(txn: Txn, cmd: FenceAfterCancel) -> Occurrence:
     return result
 
 
+@register(FenceDispatch)
+def _fence_dispatch(txn: Txn, cmd: FenceDispatch) -> Occurrence:
+    _check_instant("at_s", cmd.at_s)
+    check_invocation(cmd.invocation)
+    if not isinstance(cmd.reason, str):
+        raise InvalidCommand("reason: must be a string")
+    if cmd.not_before_s is not None:
+        _check_instant("not_before_s", cmd.not_before_s)
+        if cmd.not_before_s < cmd.at_s:
+            raise InvalidCommand("not_before_s: must not be before at_s")
+    record, admission = _record_and_admission(txn, cmd.invocation)
+    epoch = _current_epoch(txn)
+    if cmd.epoch != epoch:
+        raise StaleEpoch(f"epoch: {cmd.epoch} is not the current ownership epoch {epoch}")
+    if record.state not in ADMISSION_STATES:
+        raise AttemptNotRunning(
+            f"occurrence {record.id}: attempt {record.attempt} is {record.state.value}; "
+            "a dispatch fence needs Running or Unknown"
+        )
+    claim = admission.claim_for(record.attempt)
+    if claim is None or claim.epoch != epoch:
+        raise StaleEpoch(
+            f"occurrence {record.id} attempt {record.attempt}: not claimed in epoch {epoch}"
+        )
+    if admission.permit_for(record.attempt) is not None:
+        raise PermitExists(
+            f"occurrence {record.id} attempt {record.attempt}: a permit exists, so "
+            "'not launched' cannot be proven"
+        )
+    result = transition(record, Event.FENCED_NOT_LAUNCHED, cmd.at_s)
+    if result.state is S.PENDING and txn.schedule(record.schedule_id) is None:
+        result = transition(result, Event.SCHEDULE_DELETED, cmd.at_s)
+    elif result.state is S.PENDING and cmd.not_before_s is not None:
+        result = result._replace(not_before_s=cmd.not_before_s)  # the owner's backoff
+    txn.put_occurrence(result)
+    fence = Fence(record.attempt, epoch, cmd.at_s, "dispatch")
+    _put_admission(txn, record.id, replace(admission, fence=fence))
+    return result
+
+
 def _no_fence_over_a_permit(txn: Txn, record: Occurrence) -> None:
     """The policy core's ``FenceNotLaunched`` is a proof of "never launched": refused, like
     ``FenceAfterCancel``, when the attempt holds a permit."""
@@ -417,3 +474,4 @@ register_command_type(ClaimOccurrence, {"binding": (binding_to_json, binding_fro
 register_command_type(Admit, {"binding": (binding_to_json, binding_from_json)})
 register_command_type(MarkUnknown, {"invocation": (invocation_to_json, invocation_from_json)})
 register_command_type(FenceAfterCancel, {"invocation": (invocation_to_json, invocation_from_json)})
+register_command_type(FenceDispatch, {"invocation": (invocation_to_json, invocation_from_json)})

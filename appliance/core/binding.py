@@ -11,6 +11,9 @@ in any field from the one the runner admitted.
 The *invocation* is ``(namespace, schedule_id, occurrence_id, attempt)``: deduplication is by
 invocation, never by epoch, so no new leader and no new worker incarnation gets a second permit.
 
+The types (``Binding``, ``Authority``, ``Invocation``) are the wire protocol's own
+(``appliance/protocol/v1.py``), shared with the worker; this module adds the core's checks.
+
 Everything here is pure: instants are whole seconds, RFC 3339 texts are parsed and formatted
 without a clock, and every text is bounded so a claim part has a maximum size.
 """
@@ -18,13 +21,24 @@ without a clock, and every text is bounded so a claim part has a maximum size.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from typing import Any
 
 from appliance.core.canonical import canonical_json, sha256_hex
 from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX
 from appliance.core.state_errors import InvalidCommand
+from appliance.protocol.v1 import (
+    AUTHORITY_FIELDS,
+    BINDING_FIELDS,
+    ID_MAX,
+    INVOCATION_FIELDS,
+    Authority,
+    Binding,
+    Invocation,
+    binding_document,
+    binding_of,
+    invocation_document,
+)
 
 # Every free text of a binding (and an incarnation id) encodes to at most this many JSON bytes:
 # 128 UTF-8 bytes of a name, each escaped at worst as \u00XX.
@@ -44,48 +58,6 @@ SESSION_V2 = re.compile(r"[\x21-\x7e]{0,128}")
 INCARNATION_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
 EXPIRES_AT_V2_BYTES_MAX = 27
 HEAP_MB_RANGE = (16, 4096)
-
-
-@dataclass(frozen=True)
-class Authority:
-    """Execution authority: the grant expiry and the engine limits the worker must apply."""
-
-    expires_at: str
-    timeout_seconds: int
-    heap_mb: int
-    session: str
-
-
-@dataclass(frozen=True)
-class Invocation:
-    namespace: str
-    schedule_id: int
-    occurrence_id: int
-    attempt: int
-
-
-@dataclass(frozen=True)
-class Binding:
-    namespace: str
-    schedule_id: int
-    schedule_name: str | None
-    occurrence_id: int
-    attempt: int
-    owner: str
-    epoch: int
-    worker_id: str
-    payload_sha256: str
-    due_time: str
-    authority: Authority
-
-    @property
-    def invocation(self) -> Invocation:
-        return Invocation(self.namespace, self.schedule_id, self.occurrence_id, self.attempt)
-
-
-BINDING_FIELDS = tuple(f.name for f in fields(Binding))
-AUTHORITY_FIELDS = tuple(f.name for f in fields(Authority))
-INVOCATION_FIELDS = tuple(f.name for f in fields(Invocation))
 
 
 # ---- pure time and digest helpers --------------------------------------------------------------
@@ -152,9 +124,9 @@ def check_invocation(inv: Any) -> None:
     if not isinstance(inv, Invocation):
         raise InvalidCommand("invocation: must be an Invocation")
     _check_text("invocation.namespace", inv.namespace)
-    _check_int("invocation.schedule_id", inv.schedule_id, 1, INT_MAX)
-    _check_int("invocation.occurrence_id", inv.occurrence_id, 1, INT_MAX)
-    _check_int("invocation.attempt", inv.attempt, 1, INT_MAX)
+    _check_int("invocation.schedule_id", inv.schedule_id, 1, ID_MAX)
+    _check_int("invocation.occurrence_id", inv.occurrence_id, 1, ID_MAX)
+    _check_int("invocation.attempt", inv.attempt, 1, ID_MAX)
 
 
 def check_binding(b: Any) -> None:
@@ -164,7 +136,7 @@ def check_binding(b: Any) -> None:
     check_invocation(b.invocation)
     _check_text("binding.schedule_name", b.schedule_name, nullable=True, empty=True)
     check_node_id("binding.owner", b.owner)
-    _check_int("binding.epoch", b.epoch, 1, INT_MAX)
+    _check_int("binding.epoch", b.epoch, 1, ID_MAX)
     _check_text("binding.worker_id", b.worker_id)
     if not isinstance(b.payload_sha256, str) or SHA256_HEX.fullmatch(b.payload_sha256) is None:
         raise InvalidCommand("binding.payload_sha256: must be 64 lowercase hex digits")
@@ -213,9 +185,7 @@ def first_difference(a: Binding, b: Binding) -> str | None:
 
 
 def binding_to_json(b: Binding) -> dict[str, Any]:
-    out: dict[str, Any] = {name: getattr(b, name) for name in BINDING_FIELDS}
-    out["authority"] = {name: getattr(b.authority, name) for name in AUTHORITY_FIELDS}
-    return out
+    return binding_document(b)
 
 
 def _exact_keys(field: str, value: Any, names: tuple[str, ...]) -> dict[str, Any]:
@@ -232,7 +202,7 @@ def _exact_keys(field: str, value: Any, names: tuple[str, ...]) -> dict[str, Any
 
 def binding_from_checkpoint(value: dict[str, Any]) -> Binding:
     """Structural decode of a binding already validated when its command was applied."""
-    return Binding(**{**value, "authority": Authority(**value["authority"])})
+    return binding_of(value)
 
 
 def binding_from_json(value: Any) -> Binding:
@@ -245,7 +215,7 @@ def binding_from_json(value: Any) -> Binding:
 
 
 def invocation_to_json(inv: Invocation) -> dict[str, Any]:
-    return {name: getattr(inv, name) for name in INVOCATION_FIELDS}
+    return invocation_document(inv)
 
 
 def invocation_from_json(value: Any) -> Invocation:

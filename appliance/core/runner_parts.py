@@ -52,7 +52,7 @@ from appliance.core.state_parts import (
 OWNERSHIP_PART = "ownership"
 RETIRED_PART = "retired"
 ADMISSION_KIND = "admission"
-FENCE_CAUSES = ("takeover", "cancel")
+FENCE_CAUSES = ("takeover", "cancel", "dispatch")
 
 Getter = Callable[[str], Any]
 

@@ -26,6 +26,7 @@ from appliance.metrics.health import HealthInputs, WorkerView, health_document
 from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
 from appliance.metrics.voters import VoterProbe
+from appliance.protocol.v1 import EXECUTIONS_PREFIX
 from appliance.runner.attempt_report import (
     OUTPUT_BYTES_MAX,
     attempt_of,
@@ -40,7 +41,7 @@ T = TypeVar("T")
 
 OUTPUT_REPLY_BYTES_MAX: Final = OUTPUT_BYTES_MAX
 WORKER_PROBE_TIMEOUT_MS: Final = 1000
-WORKER_EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/"
+WORKER_EXECUTIONS_PATH: Final = EXECUTIONS_PREFIX
 # A syntactically valid execution id no schedule can have (ids start at 1): any HTTP answer to it
 # proves the worker is up, 404 proves it also accepted the bearer.
 PROBE_EXECUTION_ID: Final = "s0-o0-a0"

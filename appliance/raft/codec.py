@@ -6,9 +6,9 @@ per entry plus a header under 300 bytes, so the largest legal batch is about 12 
 
 Layout (all integers big-endian, unsigned):
 
-    header   b"RAFT" | version u8 (=1) | kind u8 | digest (u8 len + ASCII)
+    header   b"RAFT" | version u8 (=2) | kind u8 | digest (u8 len + ASCII)
              | sender (u8 len + ASCII) | to (u8 len + ASCII) | term u64
-    1 VoteRequest        last_log_index u64 | last_log_term u64 | pre_vote u8
+    1 VoteRequest        last_log_index u64 | last_log_term u64 | pre_vote u8 | transfer u8
     2 VoteResponse       granted u8 | pre_vote u8
     3 AppendRequest      prev_index u64 | prev_term u64 | commit u64 | count u32
                          then per entry: index u64 | term u64 | length u32 | payload
@@ -20,6 +20,11 @@ Layout (all integers big-endian, unsigned):
                          (u8 len + ASCII) | total_bytes u64 | checksum (u8 len + 64 hex)
                          | offset u64 | length u32 | data
     8 SnapshotResponse   index u64 | next_offset u64
+    9 TimeoutNow         (the header only)
+
+Version 2 (membership change) added VoteRequest's transfer flag, TimeoutNow, and learners in a
+snapshot's voter list (``learner:`` + node id, membership.py); a version-1 voter refuses its
+messages, so a cluster upgrades all voters together.
 
 A snapshot chunk carries at most 12 MiB of data (the batch cap), of a snapshot of at most
 ``SNAPSHOT_BYTES_MAX`` (64 MiB: the checkpoint it is made of is capped at 4 MiB), and must end
@@ -37,6 +42,7 @@ from __future__ import annotations
 import struct
 
 from appliance.raft.errors import CodecError, DigestMismatch, RaftInvariantError
+from appliance.raft.membership import ADDRESS_CHARS_MAX, LEARNER_PREFIX
 from appliance.raft.messages import (
     AppendRequest,
     AppendResponse,
@@ -46,6 +52,7 @@ from appliance.raft.messages import (
     Message,
     SnapshotChunk,
     SnapshotResponse,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -59,7 +66,7 @@ DIGEST_BYTES_MAX = 128
 SNAPSHOT_BYTES_MAX = 64 * MiB
 VOTERS_MAX = 64
 MAGIC = b"RAFT"
-VERSION = 1
+VERSION = 2
 
 _KIND_OF = {
     VoteRequest: 1,
@@ -70,6 +77,7 @@ _KIND_OF = {
     HeartbeatResponse: 6,
     SnapshotChunk: 7,
     SnapshotResponse: 8,
+    TimeoutNow: 9,
 }
 _HEX = frozenset("0123456789abcdef")
 _U64 = struct.Struct(">Q")
@@ -110,7 +118,7 @@ def encode(message: Message, digest: str) -> bytes:
         parts += [
             _u64(message.last_log_index, "last_log_index"),
             _u64(message.last_log_term, "last_log_term"),
-            bytes((message.pre_vote,)),
+            bytes((message.pre_vote, message.transfer)),
         ]
     elif isinstance(message, VoteResponse):
         parts.append(bytes((message.granted, message.pre_vote)))
@@ -154,7 +162,7 @@ def encode(message: Message, digest: str) -> bytes:
         ]
     elif isinstance(message, SnapshotResponse):
         parts += [_u64(message.index, "index"), _u64(message.next_offset, "next_offset")]
-    else:
+    elif isinstance(message, HeartbeatResponse):
         parts.append(_u64(message.read_seq, "read_seq"))
     body = b"".join(parts)
     if len(body) > BODY_BYTES_MAX:
@@ -234,6 +242,7 @@ def decode(data: bytes, expected_digest: str) -> Message:
             reader.u64("last_log_index"),
             reader.u64("last_log_term"),
             reader.flag("pre_vote"),
+            reader.flag("transfer"),
         )
     elif kind == 2:
         message = VoteResponse(sender, to, term, reader.flag("granted"), reader.flag("pre_vote"))
@@ -257,6 +266,8 @@ def decode(data: bytes, expected_digest: str) -> Message:
         message = _decode_chunk(reader, sender, to, term)
     elif kind == 8:
         message = SnapshotResponse(sender, to, term, reader.u64("index"), reader.u64("next_offset"))
+    elif kind == 9:
+        message = TimeoutNow(sender, to, term)
     else:
         raise CodecError(f"unknown message kind {kind}")
     reader.finish()
@@ -292,8 +303,9 @@ def _decode_append(reader: _Reader, sender: str, to: str, term: int) -> AppendRe
 def _check_chunk(m: SnapshotChunk) -> None:
     if not 1 <= len(m.voters) <= VOTERS_MAX:
         raise CodecError(f"snapshot names {len(m.voters)} voters, expected 1-{VOTERS_MAX}")
-    for voter in m.voters:
-        if NODE_ID_PATTERN.fullmatch(voter) is None:
+    for member in m.voters:
+        voter, _, address = member.removeprefix(LEARNER_PREFIX).partition("@")
+        if NODE_ID_PATTERN.fullmatch(voter) is None or len(address) > ADDRESS_CHARS_MAX:
             raise CodecError(f"snapshot voter is not a valid node id: {voter!r}")
     if len(m.checksum) != 64 or not set(m.checksum) <= _HEX:
         raise CodecError("snapshot checksum must be 64 lowercase hex characters")
@@ -315,7 +327,7 @@ def _decode_chunk(reader: _Reader, sender: str, to: str, term: int) -> SnapshotC
     index = reader.u64("index")
     snapshot_term = reader.u64("snapshot_term")
     count = reader.u8("voter count")
-    voters = tuple(reader.node_id("voter") for _ in range(count))
+    voters = tuple(reader.text("voter") for _ in range(count))  # checked by _check_chunk
     total_bytes = reader.u64("total_bytes")
     checksum = reader.text("checksum")
     offset = reader.u64("offset")

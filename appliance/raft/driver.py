@@ -65,6 +65,7 @@ from typing import Any, Protocol
 from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.errors import NotLeader, ProposalRefused, RaftError, ReadRefused
 from appliance.raft.inbox import Inbox
+from appliance.raft.membership import Membership
 from appliance.raft.messages import EntryKind, Message
 from appliance.raft.node import RaftNode, Ready, Role, SoftState
 from appliance.raft.reclaimer import Reclaimer
@@ -116,9 +117,20 @@ class NodeStatus:
     compactions: int = 0  # since start
     snapshots_installed: int = 0  # since start
     snapshot_at_s: float | None = None  # monotonic time of the last compaction or install
+    # The configuration in force (membership.py): voters, learners, run-time addresses; the
+    # index of its CONFIG entry (0: genesis), whether that entry is still uncommitted, and
+    # this node's place in it in words (why a learner or a removed node does not vote).
+    configuration: dict[str, Any] | None = None
+    config_index: int = 0
+    config_change_pending: bool = False
+    member_status: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "configuration": self.configuration,
+            "config_index": self.config_index,
+            "config_change_pending": self.config_change_pending,
+            "member_status": self.member_status,
             "node_id": self.node_id,
             "role": self.role,
             "term": self.term,
@@ -189,6 +201,8 @@ class RaftDriver:
         self._turn = threading.Lock()  # held by the one thread that is running the node
         self._next_tick = float("inf")  # when the next tick is due; set by start()
         self._lock = threading.Lock()  # guards _status and the first fatal
+        self._synced_membership: Membership | None = None
+        self._member_status = ""
         self._status = self._snapshot()
         self._soft = SoftState(node.role, node.term, node.leader_id)
         self._stop = threading.Event()
@@ -246,6 +260,30 @@ class RaftDriver:
         """Resolves with an index once this node, still leader, has applied up to it."""
         future: Future[int] = Future()
         item = ("read", future)
+        if not self._handle_inline(item) and not self._inbox_put(item):
+            future.set_exception(Overloaded("raft inbox full"))
+        return future
+
+    # -- membership change (node.py, membership.py; docs/raft.md "Membership change") ----------
+
+    def add_learner(self, node_id: str, address: str) -> Future[Any]:
+        """Leader only: add ``node_id`` (its cluster listener at ``address``, host:port) as a
+        learner. Resolves once the CONFIG entry is committed; fails with ``NotLeader`` or
+        ``ProposalRefused`` (a change in flight, already a member, a bad address)."""
+        return self._config_item("add_learner", node_id, address)
+
+    def promote(self, node_id: str) -> Future[Any]:
+        """Leader only: make the learner ``node_id`` a voter; refused until it caught up."""
+        return self._config_item("promote", node_id, None)
+
+    def remove(self, node_id: str) -> Future[Any]:
+        """Leader only: remove a voter (this leader included: it hands over once the entry is
+        committed) or a learner."""
+        return self._config_item("remove", node_id, None)
+
+    def _config_item(self, op: str, node_id: str, address: str | None) -> Future[Any]:
+        future: Future[Any] = Future()
+        item = ("config", op, node_id, address, future)
         if not self._handle_inline(item) and not self._inbox_put(item):
             future.set_exception(Overloaded("raft inbox full"))
         return future
@@ -369,7 +407,7 @@ class RaftDriver:
         if not target:
             return
         term = node.compact(target)
-        storage.compact(target, term, node.config.voters)
+        storage.compact(target, term, node.membership_at(target).members())
         self.compactions += 1
         self._snapshot_at_s = time.monotonic()
         if self.reclaimer is not None:
@@ -407,6 +445,8 @@ class RaftDriver:
             self._propose(item[1], item[2])
         elif kind == "read":
             self._read(item[1])
+        elif kind == "config":
+            self._change_config(item[1], item[2], item[3], item[4])
         elif kind == "subscribe":
             self._subscribers.append(item[1])
             item[1](self._soft)
@@ -421,6 +461,62 @@ class RaftDriver:
         if previous is not None:
             previous[1].set_exception(ProposalLost(f"index {index} was overwritten"))
         self._proposals[index] = (term, future)
+
+    def _change_config(
+        self, op: str, node_id: str, address: str | None, future: Future[Any]
+    ) -> None:
+        node = self._node
+        try:
+            if op == "add_learner":
+                term, index = node.add_learner(node_id, address)
+            elif op == "promote":
+                term, index = node.promote(node_id)
+            else:
+                term, index = node.remove(node_id)
+        except (NotLeader, ProposalRefused) as exc:
+            future.set_exception(exc)
+            return
+        log.warning(
+            "raft %s proposed configuration %s at index %d (%s %s)",
+            node.id,
+            node.membership.as_dict(),
+            index,
+            op,
+            node_id,
+        )
+        self._proposals[index] = (term, future)
+
+    def _sync_peers(self) -> None:
+        """Give the transport the address of every member the configuration in force names,
+        and stop the pipelines to members a committed change removed; log this node's own
+        place when it changes (a removed voter says why it stopped voting)."""
+        node = self._node
+        membership = node.membership
+        if membership == self._synced_membership and not node.config_change_pending:
+            return
+        add_peer = getattr(self._transport, "add_peer", None)
+        remove_peer = getattr(self._transport, "remove_peer", None)
+        if add_peer is not None:
+            for peer, address in membership.addresses:
+                if peer != node.id:
+                    add_peer(peer, address)
+        if remove_peer is not None and not node.config_change_pending:
+            previous = self._synced_membership
+            gone = (
+                []
+                if previous is None
+                else [
+                    p for p in previous.everyone() if not membership.is_member(p) and p != node.id
+                ]
+            )
+            for peer in gone:
+                remove_peer(peer)
+        if node.member_status() != self._member_status:
+            self._member_status = node.member_status()
+            level = logging.INFO if node.is_voter else logging.WARNING
+            log.log(level, "raft %s is a %s", node.id, self._member_status)
+        if not node.config_change_pending:
+            self._synced_membership = membership
 
     def _read(self, future: Future[int]) -> None:
         self._next_read_id += 1
@@ -474,6 +570,7 @@ class RaftDriver:
             self._publish(ready.soft_state)
         self._release_reads()
         self._close_reply_slots()
+        self._sync_peers()
         with self._lock:
             self._status = self._snapshot()
 
@@ -560,6 +657,10 @@ class RaftDriver:
             compactions=self.compactions,
             snapshots_installed=self.snapshots_installed,
             snapshot_at_s=self._snapshot_at_s,
+            configuration=node.membership.as_dict(),
+            config_index=node.config_index,
+            config_change_pending=node.config_change_pending,
+            member_status=node.member_status(),
         )
 
     def _die(self, exc: BaseException) -> None:

@@ -1,4 +1,4 @@
-"""Log entries and the eight messages voters exchange (Raft thesis §3.4-§3.6, §5.3, §6.4, §9.6).
+"""Log entries and the nine messages voters exchange (Raft thesis §3.4-§3.6, §5.3, §6.4, §9.6).
 
 Every message names its ``sender``, its recipient ``to`` and the sender's ``term``. Entries carry
 their kind inside the payload bytes the store keeps, so the store stays a plain
@@ -6,6 +6,7 @@ their kind inside the payload bytes the store keeps, so the store stays a plain
 
     payload = kind byte + data      kind 0x00: barrier (the no-op a new leader commits first)
                                     kind 0x01: normal (an application command)
+                                    kind 0x02: config (a whole ``Membership``, membership.py)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from appliance.raft.errors import RaftInvariantError
 class EntryKind(enum.IntEnum):
     BARRIER = 0
     NORMAL = 1
+    CONFIG = 2
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,10 @@ class Entry:
 
 @dataclass(frozen=True)
 class VoteRequest:
-    """Pre-vote (thesis §9.6) when ``pre_vote``: ``term`` is the term the sender would take."""
+    """Pre-vote (thesis §9.6) when ``pre_vote``: ``term`` is the term the sender would take.
+
+    ``transfer``: the sender campaigns because the leader told it to (``TimeoutNow``), so a voter
+    still in the old leader's lease grants it anyway (thesis §3.10)."""
 
     sender: str
     to: str
@@ -60,6 +65,7 @@ class VoteRequest:
     last_log_index: int
     last_log_term: int
     pre_vote: bool
+    transfer: bool = False
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,16 @@ class SnapshotResponse:
     next_offset: int
 
 
+@dataclass(frozen=True)
+class TimeoutNow:
+    """Leadership transfer (thesis §3.10): the leader, whose log the recipient matches, asks it
+    to start an election at once, skipping the pre-vote round and the election timeout."""
+
+    sender: str
+    to: str
+    term: int
+
+
 Message = (
     VoteRequest
     | VoteResponse
@@ -166,4 +182,5 @@ Message = (
     | HeartbeatResponse
     | SnapshotChunk
     | SnapshotResponse
+    | TimeoutNow
 )

@@ -70,6 +70,20 @@ tells the driver to install it — the storage replaces its checkpoint and its w
 atomic step, the application reloads its state — before it persists anything else or sends the
 ``AppendResponse`` that tells the leader to replicate from the snapshot's index on. A crash at
 any point before that install leaves the old log and checkpoint intact; the leader starts over.
+
+Membership change (thesis chapter 4, membership.py): one server at a time. The configuration in
+force is the latest CONFIG entry in the log, committed or not, or the snapshot's when compacted
+away. ``add_learner``, ``promote`` and ``remove`` are leader-only and refused while a change is in
+flight (the latest CONFIG entry is not committed) or before the leader's barrier committed (§4.1:
+a change only after the previous one committed in the leader's term). A learner receives entries
+and snapshots, never campaigns and never counts in a quorum; ``promote`` is refused
+until it has caught up (its match reaches the commit index, §4.2.1). A node that is not a voter of
+the configuration in force (a learner, or removed) never campaigns; one whose removal is
+committed (``removed``) does not vote either (a learner does: see ``removed``);
+``member_status()`` says which and since what index. A leader that removes itself keeps leading
+(counting only the new voters, §4.2.2) until the entry commits, then sends ``TimeoutNow`` to the
+most up-to-date remaining voter (§3.10: that voter campaigns at once, skipping pre-vote, and its
+vote request carries ``transfer`` so voters still in the lease answer it) and steps down.
 """
 
 from __future__ import annotations
@@ -88,6 +102,7 @@ from appliance.raft.errors import (
     ReadRefused,
 )
 from appliance.raft.log import RaftLog
+from appliance.raft.membership import ConfigHistory, Membership
 from appliance.raft.messages import (
     AppendRequest,
     AppendResponse,
@@ -98,6 +113,7 @@ from appliance.raft.messages import (
     Message,
     SnapshotChunk,
     SnapshotResponse,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -129,7 +145,10 @@ class Role(enum.Enum):
 @dataclass(frozen=True)
 class RaftConfig:
     node_id: str
-    voters: tuple[str, ...]  # every voter, this node included
+    voters: tuple[str, ...]  # the genesis voters (the configuration before any CONFIG entry)
+    # Genesis learners; a node joining a running cluster names itself here, so it starts as a
+    # non-voting member until the leader's log or snapshot tells it the configuration in force.
+    learners: tuple[str, ...] = ()
     election_ticks_min: int = 10
     election_ticks_max: int = 20
     heartbeat_ticks: int = 1
@@ -143,12 +162,17 @@ class RaftConfig:
 
     def __post_init__(self) -> None:
         check_node_id(self.node_id)
-        for voter in self.voters:
+        for voter in self.voters + self.learners:
             check_node_id(voter)
         if len(set(self.voters)) != len(self.voters):
             raise ValueError(f"voters must be distinct: {self.voters}")
-        if self.node_id not in self.voters:
-            raise ValueError(f"node_id {self.node_id!r} is not among the voters {self.voters}")
+        if set(self.voters) & set(self.learners):
+            raise ValueError(f"learners {self.learners} must not be voters {self.voters}")
+        if self.node_id not in self.voters + self.learners:
+            raise ValueError(
+                f"node_id {self.node_id!r} is not among the voters {self.voters} or learners "
+                f"{self.learners}"
+            )
         if not 1 <= self.heartbeat_ticks < self.election_ticks_min <= self.election_ticks_max:
             raise ValueError(
                 "need 1 <= heartbeat_ticks < election_ticks_min <= election_ticks_max, got "
@@ -245,15 +269,15 @@ class RaftNode:
     ) -> None:
         self.config = config
         self.id = config.node_id
-        self.peers = tuple(v for v in config.voters if v != self.id)
         self._rng = rng
         self._storage = storage
         self.log = RaftLog(storage, applied_index=applied_index)
+        # After a compaction the CONFIG entry's own index is gone: the snapshot's stands in.
+        self._configs = ConfigHistory(self._base_membership(), self.log.snapshot_index)
+        self._load_config_entries()
         self._incoming: _IncomingSnapshot | None = None  # a follower's partial snapshot
         self._snapshot_cache: Snapshot | None = None  # a leader's image, reused across peers
         term, voted_for = storage.hard_state()
-        if voted_for is not None and voted_for not in config.voters:
-            raise RaftInvariantError(f"stored vote for {voted_for!r}, not a voter")
         self.term = term
         self.voted_for = voted_for
         self._persisted = HardState(term, voted_for)
@@ -277,6 +301,7 @@ class RaftNode:
         self._reads_pending: list[tuple[int, int, int]] = []  # (seq, request_id, index)
         self._reads_ready: list[ReadState] = []
         self._reads_failed: list[int] = []
+        self._transfer_sent = False  # a removed leader's TimeoutNow left (once per term)
         self._step: Callable[[Message], None] = self._step_follower
         self._tick: Callable[[], None] = self._tick_election
         self._become_follower(term, None)
@@ -293,8 +318,10 @@ class RaftNode:
         self._check_no_outstanding_ready()
         if message.to != self.id:
             raise RaftUsageError(f"message for {message.to!r} stepped into {self.id!r}")
-        if message.sender not in self.peers:
-            return  # not a voter of this cluster: the transport should have refused it
+        if message.sender == self.id:
+            return  # a message from ourselves is a transport loop: nothing to learn
+        # Any other sender is heard (thesis §4.1): a joining node learns the configuration from a
+        # leader it does not know yet; quorums count only the voters of the configuration.
         if self._quiet_ticks_left > 0:
             return  # a recovering node's quiet start (module docstring)
         if message.term > self.term:
@@ -319,6 +346,8 @@ class RaftNode:
                 f"{self.id} is recovering a lost store: it cannot campaign before it caught up "
                 "from a leader (a single voter has no one to recover from)"
             )
+        if not self.is_voter:
+            raise RaftUsageError(f"{self.id} cannot campaign: {self.member_status()}")
         if self.role is not Role.LEADER:
             self._campaign()
 
@@ -345,6 +374,8 @@ class RaftNode:
         self._check_no_outstanding_ready()
         if self.role is not Role.LEADER:
             raise NotLeader(self.leader_id)
+        if self._removing_self_done():
+            raise NotLeader(None)  # removed, handing over: the next leader takes proposals
         if len(data) > self.config.entry_data_bytes_max:
             raise ProposalRefused(
                 f"proposal of {len(data)} bytes exceeds {self.config.entry_data_bytes_max}"
@@ -358,6 +389,64 @@ class RaftNode:
         self._append_pending = True
         self._maybe_commit()  # a single voter commits once its own copy is durable
         return self.term, index
+
+    # -- membership change (module docstring) -------------------------------------------------
+
+    def add_learner(self, node_id: str, address: str | None = None) -> tuple[int, int]:
+        """Append a CONFIG entry adding ``node_id`` (reachable at ``address``, host:port) as a
+        learner; returns ``(term, index)`` like ``propose``."""
+        return self._propose_config(lambda m: m.with_learner(node_id, address))
+
+    def promote(self, node_id: str) -> tuple[int, int]:
+        """Append a CONFIG entry making the learner ``node_id`` a voter, once it caught up."""
+        self._check_no_outstanding_ready()
+        if self.role is Role.LEADER and node_id in self.membership.learners:
+            pr = self._progress.get(node_id)
+            match = pr.match if pr is not None else 0
+            if match < self.log.commit:
+                raise ProposalRefused(
+                    f"learner {node_id!r} has not caught up: it holds the log up to {match}, "
+                    f"the commit index is {self.log.commit}; promote it once it has"
+                )
+        return self._propose_config(lambda m: m.with_promoted(node_id))
+
+    def remove(self, node_id: str) -> tuple[int, int]:
+        """Append a CONFIG entry removing ``node_id`` (a voter, this leader included, or a
+        learner)."""
+        return self._propose_config(lambda m: m.without(node_id))
+
+    def _propose_config(self, change: Callable[[Membership], Membership]) -> tuple[int, int]:
+        self._check_no_outstanding_ready()
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.leader_id)
+        if self._configs.latest_index > self.log.commit:
+            raise ProposalRefused(
+                f"a configuration change is in flight (entry {self._configs.latest_index}, "
+                f"commit {self.log.commit}): one change at a time"
+            )
+        if self.log.commit < self._term_start_index:
+            raise ProposalRefused(
+                "this leader has not committed an entry of its term yet: a configuration change "
+                "waits until it has (one committed change per leader term first)"
+            )
+        if self._removing_self_done():
+            raise ProposalRefused(f"{self.id} is no longer a voter: it is handing over")
+        try:
+            membership = change(self.membership)
+        except ValueError as exc:
+            raise ProposalRefused(str(exc)) from None
+        index = self.log.last_index() + 1
+        self._append_config(Entry(index, self.term, EntryKind.CONFIG, membership.encode()))
+        self._append_pending = True
+        self._maybe_commit()
+        return self.term, index
+
+    def _append_config(self, entry: Entry) -> None:
+        self.log.append([entry])
+        self._configs.appended(entry.index, Membership.decode(entry.data))
+        if self.role is Role.LEADER:
+            for peer in self.peers:
+                self._progress.setdefault(peer, Progress(entry.index))
 
     def read_index(self, request_id: int) -> None:
         """Start a linearizable read barrier; its ReadState (or failure) comes out of ready()."""
@@ -383,7 +472,9 @@ class RaftNode:
                 f"compaction to {index} beyond the durable checkpoint at {available}"
             )
         self._snapshot_cache = None
-        return self.log.compact(index)
+        term = self.log.compact(index)
+        self._configs.compacted(index)
+        return term
 
     # -- the ready/advance handshake ----------------------------------------------------------
 
@@ -461,6 +552,78 @@ class RaftNode:
     def last_index(self) -> int:
         return self.log.last_index()
 
+    @property
+    def membership(self) -> Membership:
+        """The configuration in force: the latest in the log, committed or not (§4.1)."""
+        return self._configs.latest
+
+    def membership_at(self, index: int) -> Membership:
+        """The configuration once applied up to ``index`` (what a snapshot there carries)."""
+        return self._configs.at(index)
+
+    @property
+    def config_change_pending(self) -> bool:
+        """The latest CONFIG entry is not committed yet."""
+        return self._configs.latest_index > self.log.commit
+
+    @property
+    def config_index(self) -> int:
+        return self._configs.latest_index
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """Every other member of the configuration in force, voters and learners."""
+        return tuple(n for n in self.membership.everyone() if n != self.id)
+
+    @property
+    def is_voter(self) -> bool:
+        return self.membership.is_voter(self.id)
+
+    @property
+    def removed(self) -> bool:
+        """Not a member of the configuration in force, and that configuration's exclusion of
+        us is committed: this node neither campaigns nor votes.
+
+        A learner still answers vote requests on the merits of the candidate's log (as in
+        etcd-io/raft): it may have been promoted by an entry it has not received yet, and a
+        candidate that holds that entry may need its vote. Only a candidate that counts it as a
+        voter counts its vote, so answering is always safe."""
+        return not self.membership.is_member(self.id) and not self.membership_at(
+            self.log.commit
+        ).is_member(self.id)
+
+    def member_status(self) -> str:
+        """Why this node votes or does not: one line for logs and ``status``."""
+        role = self.membership.role_of(self.id)
+        at = self._configs.latest_index
+        where = f"the configuration at index {at}" if at else "the genesis configuration"
+        if role == "voter":
+            return f"voter in {where}"
+        if role == "learner":
+            return f"learner in {where}: receives entries, never campaigns, counts in no quorum"
+        if not self.removed:
+            return f"removed by {where}, not committed yet: it no longer campaigns"
+        return (
+            f"removed: not a member of {where}; it no longer votes or campaigns "
+            "(stop this process, or re-add it with a new store)"
+        )
+
+    def _base_membership(self) -> Membership:
+        members = self._storage.snapshot_voters() if self.log.snapshot_index else ()
+        if members:
+            return Membership.from_members(tuple(members))
+        return Membership(self.config.voters, self.config.learners)
+
+    def _load_config_entries(self) -> None:
+        """Read the CONFIG entries of the stored log (a restart)."""
+        index, last = self.log.first_index(), self.log.last_index()
+        while index <= last:
+            batch = self.log.entries(index, last + 1, entries_max=4096, bytes_max=64 * MiB)
+            for entry in batch:
+                if entry.kind is EntryKind.CONFIG:
+                    self._configs.appended(entry.index, Membership.decode(entry.data))
+            index += len(batch)
+
     def _soft_state(self) -> SoftState:
         return SoftState(self.role, self.term, self.leader_id)
 
@@ -480,6 +643,7 @@ class RaftNode:
         )
         self._votes = {}
         self._progress = {}
+        self._transfer_sent = False
         self._append_pending = False
         self._incoming = None  # a transfer belongs to one leader's term
         self._fail_reads()
@@ -518,24 +682,38 @@ class RaftNode:
         next_index = self.log.last_index() + 1
         self._progress = {peer: Progress(next_index) for peer in self.peers}
         self._term_start_index = next_index
+        self._transfer_sent = False
         self.log.append([Entry(next_index, self.term, EntryKind.BARRIER)])
         self._append_pending = True
         self._maybe_commit()
 
-    def _campaign(self) -> None:
-        if self.config.voters == (self.id,):
+    def _campaign(self, *, transfer: bool = False) -> None:
+        if self.membership.voters == (self.id,):
             self._become_candidate()
             self._become_leader()
+            return
+        if transfer:
+            # The leader asked for it (TimeoutNow): no pre-vote, the leader knows we are current.
+            self._become_candidate()
+            self._send_vote_requests(pre_vote=False, transfer=True)
             return
         self._become_pre_candidate()
         self._send_vote_requests(pre_vote=True)
 
-    def _send_vote_requests(self, pre_vote: bool) -> None:
+    def _send_vote_requests(self, pre_vote: bool, transfer: bool = False) -> None:
         term = self.term + 1 if pre_vote else self.term
-        for peer in self.peers:
+        for peer in self.membership.voters:
+            if peer == self.id:
+                continue
             self._send(
                 VoteRequest(
-                    self.id, peer, term, self.log.last_index(), self.log.last_term(), pre_vote
+                    self.id,
+                    peer,
+                    term,
+                    self.log.last_index(),
+                    self.log.last_term(),
+                    pre_vote,
+                    transfer,
                 )
             )
 
@@ -548,7 +726,7 @@ class RaftNode:
     def _accept_higher_term(self, m: Message) -> bool:
         """Apply the rules for a message from a higher term; False to drop it."""
         if isinstance(m, VoteRequest):
-            if self._in_lease():
+            if self._in_lease() and not m.transfer:
                 return False  # leader stickiness: a live leader is not deposed by a stranger
             if not m.pre_vote:
                 self._become_follower(m.term, None)
@@ -568,8 +746,10 @@ class RaftNode:
             self._send(VoteResponse(self.id, m.sender, self.term, False, True))
 
     def _handle_vote_request(self, m: VoteRequest) -> None:
-        if self.recovering:
-            # A lost store forgot the log and the votes: no (pre-)vote until caught up.
+        if self.recovering or self.removed:
+            # A lost store forgot the log and the votes: no (pre-)vote until caught up. A node
+            # whose removal is committed has no say any more (and any candidate that still
+            # counts it lacks that committed entry, so it could not win its vote anyway).
             self._send(VoteResponse(self.id, m.sender, self.term, False, m.pre_vote))
             return
         can_vote = (
@@ -589,7 +769,9 @@ class RaftNode:
 
     def _tick_election(self) -> None:
         self._election_elapsed += 1
-        if self._election_elapsed >= self._randomized_timeout and not self.recovering:
+        # A non-voter keeps counting: its lease over, it answers (refuses) vote requests.
+        timed_out = self._election_elapsed >= self._randomized_timeout
+        if timed_out and not self.recovering and self.is_voter:
             self._campaign()
 
     def _step_follower(self, m: Message) -> None:
@@ -605,6 +787,8 @@ class RaftNode:
             self._election_elapsed = 0
             self.leader_id = m.sender
             self._handle_snapshot_chunk(m)
+        elif isinstance(m, TimeoutNow) and self.is_voter and not self.recovering:
+            self._campaign(transfer=True)
         # Responses addressed to a former role are stale here: ignored.
 
     def _handle_append(self, m: AppendRequest) -> None:
@@ -614,6 +798,7 @@ class RaftNode:
             return
         last_new = self.log.maybe_append(m.prev_index, m.prev_term, m.entries, m.commit)
         if last_new is not None:
+            self._track_appended_configs(m.entries)
             if self.recovering:
                 self._maybe_finish_recovery(m, last_new)
             self._send(AppendResponse(self.id, m.sender, self.term, True, last_new))
@@ -623,6 +808,16 @@ class RaftNode:
         self._send(
             AppendResponse(self.id, m.sender, self.term, False, m.prev_index, hint_index, hint_term)
         )
+
+    def _track_appended_configs(self, entries: tuple[Entry, ...]) -> None:
+        """After a successful append the log holds exactly ``entries`` at their indexes, and
+        nothing beyond the last of them if a conflicting suffix was cut."""
+        self._configs.truncate_from(self.log.last_index() + 1)
+        if entries:
+            found = [
+                (e.index, Membership.decode(e.data)) for e in entries if e.kind is EntryKind.CONFIG
+            ]
+            self._configs.replace_range(entries[0].index, entries[-1].index, found)
 
     def _maybe_finish_recovery(self, m: AppendRequest, last_new: int) -> None:
         """Become a full voter once this append proves we hold the leader's log up to its
@@ -670,12 +865,8 @@ class RaftNode:
         if len(data) != m.total_bytes or snapshot_checksum(data) != m.checksum:
             self._send(SnapshotResponse(self.id, m.sender, self.term, m.index, 0))  # start over
             return
-        if tuple(m.voters) != self.config.voters:
-            raise RaftInvariantError(
-                f"snapshot {m.index} from {m.sender} names voters {m.voters}, "
-                f"this node has {self.config.voters}"
-            )
         self.log.restore(Snapshot(m.index, m.snapshot_term, tuple(m.voters), data))
+        self._configs.restored(Membership.from_members(tuple(m.voters)), m.index)
         # Sent only after the driver installed the snapshot (the Ready's persist step).
         self._send(AppendResponse(self.id, m.sender, self.term, True, m.index))
 
@@ -698,7 +889,7 @@ class RaftNode:
         if pre_vote and m.granted and m.term != self.term + 1:
             return  # a grant from an older pre-vote round
         self._votes.setdefault(m.sender, m.granted)
-        result = quorum.vote_result(self._votes, self.config.voters)
+        result = quorum.vote_result(self._votes, self.membership.voters)
         if result is quorum.VoteResult.WON:
             if pre_vote:
                 self._become_candidate()
@@ -716,7 +907,7 @@ class RaftNode:
         if self._election_elapsed >= self.config.election_ticks_min:
             self._election_elapsed = 0
             active = [self.id] + [p for p, pr in self._progress.items() if pr.recent_active]
-            if not quorum.has_quorum(active, self.config.voters):
+            if not quorum.has_quorum(active, self.membership.voters):
                 self._become_follower(self.term, None)  # check-quorum: we may be deposed
                 return
             for pr in self._progress.values():
@@ -838,7 +1029,8 @@ class RaftNode:
 
     def _flush_appends(self) -> None:
         if self._append_pending and self.role is Role.LEADER:
-            for peer in self.peers:
+            # Members a pending change removes still hear of it (they learn why they stop).
+            for peer in list(self._progress):
                 self._send_append(peer)
         self._append_pending = False
 
@@ -850,7 +1042,9 @@ class RaftNode:
 
     def _send_one_append(self, peer: str) -> bool:
         """Send one append if the follower's progress allows it; True if another may follow."""
-        pr = self._progress[peer]
+        pr = self._progress.get(peer)
+        if pr is None:
+            return False  # this leader stepped down (a committed removal) while answering
         if pr.state is ProgressState.SNAPSHOT:
             self._send_snapshot_chunk(peer, pr)
             return False
@@ -904,7 +1098,8 @@ class RaftNode:
                 f"storage snapshot at {index} (term {term}) does not continue the log "
                 f"compacted to {self.log.snapshot_index} (term there {self.log.term_at(index)})"
             )
-        self._snapshot_cache = Snapshot(index, term, self.config.voters, data)
+        members = self._configs.at(index).members()
+        self._snapshot_cache = Snapshot(index, term, members, data)
         return self._snapshot_cache
 
     def _send_snapshot_chunk(self, peer: str, pr: Progress) -> None:
@@ -939,7 +1134,10 @@ class RaftNode:
     def _maybe_commit(self) -> None:
         if self.role is not Role.LEADER:
             return
-        matches = [self.log.stable_last] + [pr.match for pr in self._progress.values()]
+        voters = self.membership.voters
+        # A leader outside the configuration it is moving to does not count itself (§4.2.2).
+        matches = [self.log.stable_last] if self.id in voters else []
+        matches += [pr.match for p, pr in self._progress.items() if p in voters]
         index = quorum.committed_index(matches)
         # Figure 3.7: only an entry of the current term is committed by counting replicas.
         if index > self.log.commit and self.log.term_at(index) == self.term:
@@ -947,11 +1145,35 @@ class RaftNode:
             if self._reads_waiting_barrier and self.log.commit >= self._term_start_index:
                 waiting, self._reads_waiting_barrier = self._reads_waiting_barrier, []
                 self._start_reads(waiting)
+        if not self.config_change_pending:
+            # The change committed: forget members it removed, hand over if it removed us.
+            for peer in [p for p in self._progress if p not in self.peers]:
+                del self._progress[peer]
+            if self._removing_self_done():
+                self._hand_over()
+
+    def _removing_self_done(self) -> bool:
+        return not self.is_voter and not self.config_change_pending
+
+    def _hand_over(self) -> None:
+        """A committed configuration removed this leader: TimeoutNow to the most up-to-date
+        voter left (thesis §3.10), then step down. The new voters elect a leader either way;
+        the transfer only saves them an election timeout."""
+        voters = [p for p in self.membership.voters if p in self._progress]
+        if voters and not self._transfer_sent:
+            target = max(voters, key=lambda p: (self._progress[p].match, p))
+            # Only a voter holding our whole log may be told to campaign at once (it would win
+            # over the voters still in our lease). Otherwise entries proposed after the removal
+            # are still on their way: the voters elect a leader after their timeout instead.
+            if self._progress[target].match >= self.log.last_index():
+                self._send(TimeoutNow(self.id, target, self.term))
+                self._transfer_sent = True
+        self._become_follower(self.term, None)
 
     # -- ReadIndex (thesis §6.4) ----------------------------------------------------------------
 
     def _start_reads(self, request_ids: list[int]) -> None:
-        if not self.peers:
+        if self.membership.voters == (self.id,):
             self._reads_ready.extend(ReadState(r, self.log.commit) for r in request_ids)
             return
         self._read_seq += 1
@@ -962,7 +1184,7 @@ class RaftNode:
         while self._reads_pending:
             seq, request_id, index = self._reads_pending[0]
             acked = [self.id] + [p for p, pr in self._progress.items() if pr.read_seq_acked >= seq]
-            if not quorum.has_quorum(acked, self.config.voters):
+            if not quorum.has_quorum(acked, self.membership.voters):
                 return
             self._reads_pending.pop(0)
             self._reads_ready.append(ReadState(request_id, index))

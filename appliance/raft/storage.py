@@ -64,6 +64,11 @@ class LogStorage(Protocol):
 
     def snapshot_meta(self) -> tuple[int, int]: ...
 
+    def snapshot_voters(self) -> tuple[str, ...]:
+        """The configuration at the compaction point (``Membership.members()`` form; empty
+        before any compaction)."""
+        ...
+
     def snapshot_index_available(self) -> int: ...
 
     def snapshot(self) -> tuple[int, int, bytes]: ...
@@ -176,6 +181,9 @@ class MemoryLogStorage:
 
     def snapshot_meta(self) -> tuple[int, int]:
         return self._snap_index, self._snap_term
+
+    def snapshot_voters(self) -> tuple[str, ...]:
+        return self._snap_voters
 
     def snapshot_index_available(self) -> int:
         return self._checkpoint[0]

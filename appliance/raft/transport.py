@@ -276,6 +276,12 @@ class HttpTransport:
         self._mismatches = mismatch_log(clock)
         self._receive: Callable[[Message], None] | None = None
         self._failures = RateLimitedLog(logging.WARNING, FAILURE_LOG_INTERVAL_S, clock)
+        self._ssl_context = ssl_context
+        self._peer_queue_max = peer_queue_max
+        self._backoff_s = backoff_s
+        self._started = False
+        self._peers_lock = threading.Lock()  # add_peer/remove_peer against each other
+        self._addresses = dict(peers)
         self._pipelines = {
             peer: PeerPipeline(
                 peer, _connection_to(addr, peer, ssl_context), self, peer_queue_max, backoff_s
@@ -294,8 +300,48 @@ class HttpTransport:
         return self._pipelines[peer].pending()
 
     def start(self) -> None:
+        self._started = True
         for pipeline in self._pipelines.values():
             pipeline.start()
+
+    def address_of(self, peer: str) -> str | None:
+        return self._addresses.get(peer)
+
+    def add_peer(self, peer: str, addr: str) -> bool:
+        """Start a pipeline to a member added at run time (membership change); False if one to
+        that address exists already. A peer known at another address is moved to the new one."""
+        with self._peers_lock:
+            if self._addresses.get(peer) == addr:
+                return False
+            old = self._pipelines.get(peer)
+            pipeline = PeerPipeline(
+                peer,
+                _connection_to(addr, peer, self._ssl_context),
+                self,
+                self._peer_queue_max,
+                self._backoff_s,
+            )
+            # Copy-on-write: ``send`` and the stats read the dict without the lock.
+            self._pipelines = {**self._pipelines, peer: pipeline}
+            self._addresses = {**self._addresses, peer: addr}
+            if self._started:
+                pipeline.start()
+        if old is not None:
+            old.stop(0.5)
+        log.warning("raft peer %s added at %s", peer, addr)
+        return True
+
+    def remove_peer(self, peer: str, timeout_s: float = 0.5) -> bool:
+        """Stop the pipeline to a member the configuration removed; False if there was none."""
+        with self._peers_lock:
+            pipeline = self._pipelines.get(peer)
+            if pipeline is None:
+                return False
+            self._pipelines = {p: v for p, v in self._pipelines.items() if p != peer}
+            self._addresses = {p: a for p, a in self._addresses.items() if p != peer}
+        pipeline.stop(timeout_s)
+        log.warning("raft peer %s removed from the transport", peer)
+        return True
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Drop what is queued, let each in-flight request end (bounded by its timeouts), join."""

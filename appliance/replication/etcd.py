@@ -37,11 +37,18 @@ gap between the applied index and an event makes it re-read too.
 is a linearizable txn reading ``leader`` and the last log key, then waits for the local apply to
 reach that index and re-checks the lease deadline. Neither sees the ownership epoch: that still
 comes from the runner's committed AcquireOwnership command in this log.
+
+Compaction (``etcd_snapshot``; docs/etcd.md). The leader's own thread snapshots its durable
+checkpoint into etcd when ``snapshot_entries`` are due and, in the same txn that publishes it,
+deletes the log keys below ``index - trailing_entries + 1``, then asks etcd to compact its
+history. A member whose applied index + 1 is below the first kept key installs that snapshot
+into its store (through the machine's ``restore``) before it reads the log by range again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import secrets
@@ -52,7 +59,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from appliance.raft.errors import ProposalRefused
 from appliance.replication.base import (
@@ -72,7 +79,20 @@ from appliance.replication.etcd_gateway import (
     put_op,
     range_op,
 )
+from appliance.replication.etcd_snapshot import (
+    CHUNK_BYTES,
+    EtcdSnapshot,
+    SnapshotInvalid,
+    SnapshotKeys,
+    SnapshotMeta,
+    SnapshotMoved,
+    compact_history,
+    read_meta,
+    read_snapshot,
+    write_snapshot,
+)
 from appliance.replication.etcd_watch import WatchBroken, WatchStream
+from appliance.store.snapshot_format import encode_parts
 
 log = logging.getLogger("appliance.replication.etcd")
 
@@ -89,6 +109,23 @@ class EtcdFatal(RuntimeError):
     """The log in etcd breaks an invariant (a gap, a malformed key): stop, do not limp on."""
 
 
+class _Behind(Exception):
+    """The next log key is gone: the log was compacted past the applied index."""
+
+
+class SnapshotStore(Protocol):
+    """What the etcd backend needs of the runner store (``RunnerStore`` has all three)."""
+
+    def applied_index(self) -> int: ...
+
+    def load_checkpoint(self) -> tuple[int, dict[str, bytes]]: ...
+
+    def install_snapshot(self, snapshot: Any) -> None: ...
+
+
+RestoreHook = Callable[[EtcdSnapshot, Callable[[], None]], None]
+
+
 @dataclass(frozen=True)
 class EtcdSettings:
     endpoints: tuple[str, ...]
@@ -98,6 +135,12 @@ class EtcdSettings:
     request_timeout_ms: int = 2_000
     observe_interval_ms: int = 200  # how often a non-leader looks at the leader key
     watch_idle_timeout_s: float = 5.0
+    # Compaction (docs/etcd.md, "Snapshots and compaction"); snapshot_entries 0 turns it off.
+    snapshot_entries: int = 0
+    trailing_entries: int = 5_000
+    snapshot_bytes: int = 64 * 1024 * 1024  # also due when the kept log holds this many bytes
+    compaction_check_interval_s: float = 1.0
+    contract_digest: str = ""
 
 
 @dataclass
@@ -129,6 +172,8 @@ class EtcdReplication:
         on_fatal: Callable[[BaseException], None] | None = None,
         gateway: EtcdGateway | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        store: SnapshotStore | None = None,
+        restore: RestoreHook | None = None,
     ) -> None:
         self.node_id = node_id
         self.settings = settings
@@ -156,11 +201,26 @@ class EtcdReplication:
         self._ids = itertools.count(1)
         self._incarnation = secrets.token_hex(6)  # proposal ids never repeat across restarts
         self._watch: WatchStream | None = None
+        self._store = store
+        self._restore = restore
+        self._snap_keys = SnapshotKeys(prefix)
+        self._snapshot: SnapshotMeta | None = None  # the last one read or written
+        self._snapshots_written = 0
+        self._snapshots_installed = 0
+        self._compact_revision = 0
+        # (index, bytes) of the entries this member applied at or above the first kept key: the
+        # byte trigger (counted from this process's start; a restarted leader under-counts).
+        self._sizes: deque[tuple[int, int]] = deque()
+        self._sizes_bytes = 0
         self._threads = [
             threading.Thread(target=self._guard(self._follow), name=f"etcd-follow-{node_id}"),
             threading.Thread(target=self._guard(self._campaign), name=f"etcd-elect-{node_id}"),
             threading.Thread(target=self._guard(self._append), name=f"etcd-append-{node_id}"),
         ]
+        if store is not None and settings.snapshot_entries > 0:
+            self._threads.append(
+                threading.Thread(target=self._guard(self._compact), name=f"etcd-compact-{node_id}")
+            )
         for thread in self._threads:
             thread.daemon = True
 
@@ -190,7 +250,8 @@ class EtcdReplication:
             self._revoke(tenure)  # hand over at once instead of after the TTL
         if self._started:
             for thread in self._threads:
-                if thread is not threading.current_thread():
+                # A fatal error can stop it before start() has started every thread.
+                if thread is not threading.current_thread() and thread.ident is not None:
                     thread.join(timeout=self.settings.request_timeout_ms / 1000 * 3)
         self.gateway.close()
 
@@ -289,6 +350,11 @@ class EtcdReplication:
                 "prefix": self.settings.prefix,
                 "lease_ttl_seconds": self.settings.lease_ttl_seconds,
                 "endpoint": self.gateway.endpoint(),
+                "snapshot_index": self._snapshot.index if self._snapshot else 0,
+                "first_log_index": self._snapshot.first_index if self._snapshot else 1,
+                "snapshots_written": self._snapshots_written,
+                "snapshots_installed": self._snapshots_installed,
+                "compact_revision": self._compact_revision,
             }
 
     # ---- leadership ----------------------------------------------------------------------------
@@ -536,15 +602,147 @@ class EtcdReplication:
                     self._stopped.wait(RETRY_PAUSE_S)
 
     def _catch_up(self) -> int:
-        """Apply every entry after the applied index by range; the revision read at."""
+        """Apply every entry after the applied index by range (installing the snapshot first
+        when the log was compacted past the applied index); the revision read at."""
+        self._install_if_behind()
         end = prefix_end(self._log_prefix)
         while True:
             start = index_key(self._prefix, self._applied_index + 1)
             revision, kvs = self.gateway.range(start, end, limit=CATCH_UP_PAGE_ENTRIES)
-            for kv in kvs:
-                self._deliver(kv)
+            try:
+                for kv in kvs:
+                    self._deliver(kv, behind_ok=True)
+            except _Behind:
+                # Compacted between the metadata read and this range: install, then go on.
+                if not self._install_if_behind():
+                    first = self._index_of(kvs[0].key)
+                    raise EtcdFatal(
+                        f"log gap in etcd: found {first} after {self._applied_index} "
+                        "and no snapshot covers it"
+                    ) from None
+                continue
             if len(kvs) < CATCH_UP_PAGE_ENTRIES:
                 return revision
+
+    def _install_if_behind(self) -> bool:
+        """Install etcd's snapshot when the applied index + 1 is below the first kept log key.
+        True when one was installed."""
+        while True:
+            try:
+                meta, _ = read_meta(self.gateway, self._snap_keys)
+            except SnapshotInvalid as exc:
+                raise EtcdFatal(f"{self.settings.prefix}: {exc}") from None
+            self._snapshot = meta
+            if meta is None or self._applied_index + 1 >= meta.first_index:
+                return False
+            if meta.contract_digest != self.settings.contract_digest:
+                raise EtcdFatal(
+                    f"the snapshot at {meta.index} was written under contract digest "
+                    f"{meta.contract_digest!r}, this runner has {self.settings.contract_digest!r}"
+                )
+            if self._store is None:
+                raise EtcdFatal(
+                    f"the log is compacted to {meta.first_index} past the applied index "
+                    f"{self._applied_index} and there is no store to install the snapshot into"
+                )
+            try:
+                snapshot = read_snapshot(self.gateway, self._snap_keys, meta)
+            except SnapshotMoved as exc:
+                log.info("snapshot replaced while reading it (%s): reading the new one", exc)
+                continue
+            self._install(snapshot)
+            return True
+
+    def _install(self, snapshot: EtcdSnapshot) -> None:
+        store = self._store
+        assert store is not None
+        log.warning(
+            "%s is behind etcd's compacted log (applied %d): installing the snapshot at %d",
+            self.node_id,
+            self._applied_index,
+            snapshot.index,
+        )
+        if self._restore is not None:
+            self._restore(snapshot, lambda: store.install_snapshot(snapshot))
+        else:
+            store.install_snapshot(snapshot)
+        with self._cond:
+            self._applied_index = snapshot.index
+            self._last_index_seen = max(self._last_index_seen, snapshot.index)
+            self._snapshots_installed += 1
+            self._forget_sizes_below(snapshot.index + 1)
+            self._cond.notify_all()
+
+    # ---- compaction (only the leader writes snapshots) ----------------------------------------
+
+    def _compact(self) -> None:
+        while not self._stopped.wait(self.settings.compaction_check_interval_s):
+            tenure = self._tenure
+            if tenure is None or not self.is_leader():
+                continue
+            try:
+                self.compact_once(tenure)
+            except (EtcdError, SnapshotInvalid) as exc:
+                log.info("etcd compaction skipped this round: %s", exc)
+
+    def compact_once(self, tenure: _Tenure) -> bool:
+        """Write a snapshot of the durable checkpoint and delete the log below it when due;
+        True when one was written. Public for tests."""
+        store = self._store
+        assert store is not None
+        trailing = max(self.settings.trailing_entries, 1)  # keep the snapshot's own key
+        durable = store.applied_index()
+
+        def due(known: SnapshotMeta | None) -> bool:
+            kept_from = known.first_index if known else 1
+            gain = durable - trailing + 1 - kept_from
+            with self._cond:
+                self._forget_sizes_below(kept_from)
+                heavy = self._sizes_bytes >= self.settings.snapshot_bytes
+            return gain >= self.settings.snapshot_entries or (heavy and gain > 0)
+
+        if not due(self._snapshot):  # the cached point: no etcd request while nothing is due
+            return False
+        current, meta_revision = read_meta(self.gateway, self._snap_keys)
+        self._snapshot = current
+        if not due(current):
+            return False
+        applied, parts = store.load_checkpoint()
+        first_index = applied - trailing + 1
+        data = encode_parts(parts)
+        meta = SnapshotMeta(
+            index=applied,
+            term=tenure.create_revision,
+            first_index=first_index,
+            contract_digest=self.settings.contract_digest,
+            size_bytes=len(data),
+            chunks=-(-len(data) // CHUNK_BYTES),
+            sha256=hashlib.sha256(data).hexdigest(),
+        )
+        revision = write_snapshot(
+            self.gateway,
+            self._snap_keys,
+            leader_key=self._leader_key,
+            tenure_revision=tenure.create_revision,
+            meta_revision=meta_revision,
+            meta=meta,
+            data=data,
+        )
+        if revision is None:
+            return False
+        self._snapshot = meta
+        with self._cond:
+            self._snapshots_written += 1
+            self._forget_sizes_below(first_index)
+        log.info("snapshot at %d written; log keys below %d deleted", applied, first_index)
+        try:
+            compact_history(self.gateway, revision)
+        except EtcdError as exc:
+            # The log is bounded already; only etcd's history keeps the old revisions.
+            log.warning("etcd refused to compact its history at %d: %s", revision, exc)
+            return True
+        self._compact_revision = revision
+        return True
 
     def _watch_from(self, revision: int) -> None:
         stream = WatchStream(
@@ -566,11 +764,16 @@ class EtcdReplication:
                 if index != self._applied_index + 1:
                     raise WatchBroken(f"gap: event for {index} after {self._applied_index}")
                 self._deliver(kv)
-            if batch.deletes:
-                log.warning("log keys were deleted under %s", self.settings.prefix)
+            # Deletes are the owner's compaction: only keys a snapshot covers, nothing to do.
 
-    def _deliver(self, kv: KeyValue) -> None:
+    def _forget_sizes_below(self, first_index: int) -> None:
+        while self._sizes and self._sizes[0][0] < first_index:
+            self._sizes_bytes -= self._sizes.popleft()[1]
+
+    def _deliver(self, kv: KeyValue, *, behind_ok: bool = False) -> None:
         index = self._index_of(kv.key)
+        if index > self._applied_index + 1 and behind_ok:
+            raise _Behind
         if index != self._applied_index + 1:
             raise EtcdFatal(f"log gap in etcd: found {index} after {self._applied_index}")
         proposal_id, newline, command = kv.value.partition(b"\n")
@@ -581,6 +784,9 @@ class EtcdReplication:
             self._applied_index = index
             self._last_index_seen = max(self._last_index_seen, index)
             waiter = self._waiters.pop(proposal_id, None)
+            if self._store is not None and self.settings.snapshot_entries > 0:
+                self._sizes.append((index, len(kv.value)))
+                self._sizes_bytes += len(kv.value)
             self._cond.notify_all()
         if waiter is not None and waiter.command == command:
             with contextlib.suppress(Exception):

@@ -48,12 +48,17 @@ def build_etcd_replication(
     *,
     environ: Mapping[str, str] | None = None,
     on_fatal: Callable[[BaseException], None] | None = None,
+    restore: Callable[[Any, Callable[[], None]], None] | None = None,
+    contract_digest: str = "",
 ) -> Any:
     """The runner's replication when ``cfg.replication`` is an ``EtcdBackend``.
 
-    ``credentials`` and ``store`` are accepted for symmetry with the Raft member: the etcd
-    backend needs no cluster bearer, and the store keeps only the checkpoint (the log is in
-    etcd); the checkpoint's applied index is ``applied_index``.
+    ``credentials`` is accepted for symmetry with the Raft member (the etcd backend needs no
+    cluster bearer). The store keeps only the checkpoint (the log is in etcd), at
+    ``applied_index``; the leader snapshots it into etcd and a runner behind the compacted log
+    installs etcd's snapshot into it, through ``restore`` (the machine's hook) when given. The
+    compaction settings are the ``raft`` object's ``snapshot_entries``, ``trailing_entries`` and
+    ``snapshot_bytes``.
     """
     import os
 
@@ -67,12 +72,18 @@ def build_etcd_replication(
         prefix=backend.prefix,
         lease_ttl_seconds=backend.lease_ttl_seconds,
         auth=etcd_auth(backend, os.environ if environ is None else environ),
+        snapshot_entries=cfg.raft.snapshot_entries,
+        trailing_entries=cfg.raft.trailing_entries,
+        snapshot_bytes=cfg.raft.snapshot_bytes,
+        contract_digest=contract_digest,
     )
-    del credentials, store
+    del credentials
     return EtcdReplication(
         node_id=cfg.node_id,
         settings=settings,
         apply=apply_hook,
         applied_index=applied_index,
         on_fatal=on_fatal,
+        store=store,
+        restore=restore,
     )

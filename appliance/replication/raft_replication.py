@@ -4,6 +4,12 @@
 one voter and no network: the node elects itself at start (no election timeout to wait for) and
 every proposal is committed by its own durable write. Both persist through the same
 ``LogStorage`` (the SQLite ``RunnerStore`` in production, ``MemoryLogStorage`` in tests).
+
+Membership change (docs/raft.md "Membership change"): ``add_learner``, ``promote`` and
+``remove`` run on the leader and return once the CONFIG entry is committed; ``status()`` carries
+the configuration in force. A node joining a running cluster is built with ``learners=(its id,)``
+and the cluster's genesis ``voters``: it is a non-voting member until the leader's log or
+snapshot tells it the configuration in force.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ class RaftReplication:
         *,
         node_id: str,
         voters: Sequence[str],
+        learners: Sequence[str] = (),
         storage: LogStorage,
         transport: Transport,
         apply: ApplyHook,
@@ -52,6 +59,7 @@ class RaftReplication:
         config = RaftConfig(
             node_id=node_id,
             voters=tuple(voters),
+            learners=tuple(learners),
             heartbeat_ticks=1,
             election_ticks_min=max(2, election_timeout_min_ms // heartbeat_ms),
             election_ticks_max=max(2, election_timeout_max_ms // heartbeat_ms),
@@ -90,6 +98,20 @@ class RaftReplication:
 
     def read_barrier(self, *, timeout_s: float) -> int:
         return int(_wait(self.driver.read_barrier(), timeout_s, "read barrier"))
+
+    def add_learner(self, node_id: str, address: str, *, timeout_s: float) -> None:
+        """Leader only: ``node_id`` (cluster listener at ``address``) joins as a learner.
+        Raises ``NotLeader``, ``ProposalRefused`` (the reason named), or ``TimeoutError``."""
+        _wait(self.driver.add_learner(node_id, address), timeout_s, "configuration change")
+
+    def promote(self, node_id: str, *, timeout_s: float) -> None:
+        """Leader only: the learner ``node_id`` becomes a voter (refused until caught up)."""
+        _wait(self.driver.promote(node_id), timeout_s, "configuration change")
+
+    def remove(self, node_id: str, *, timeout_s: float) -> None:
+        """Leader only: remove a voter (this leader too: it hands over once committed) or a
+        learner."""
+        _wait(self.driver.remove(node_id), timeout_s, "configuration change")
 
     def is_leader(self) -> bool:
         return self._leadership.is_leader

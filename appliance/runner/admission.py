@@ -17,12 +17,13 @@ from typing import Any, Final
 import falcon
 
 from appliance.http import ApiError, create_app, read_json_object
+from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION
 from appliance.secret import Secret
 
-ADMIT_PATH: Final = "/scheduler/v1/admit"
+__all__ = ["ADMIT_PATH", "BODY_BYTES_MAX", "PROTOCOL_VERSION", "create_admission_app"]
+
 BODY_BYTES_MAX: Final = 512 * 1024
 INCARNATION_BYTES_MAX: Final = 128
-PROTOCOL_VERSION: Final = 1
 
 Submit = Callable[[dict[str, Any], str], tuple[int, dict[str, Any]]]
 

@@ -155,6 +155,7 @@ class Runner:
         # turn, read by drain_and_stop and the stop notice (only the loop thread touches the
         # owner itself).
         self._open_ids: tuple[int, ...] = ()
+        self._drain_taken = threading.Event()  # the loop has handed Drain over (and published)
 
     # ---- what the owner knows, for status views and tests ------------------------------------
 
@@ -228,6 +229,9 @@ class Runner:
         with contextlib.suppress(queue.Full):
             self._queue.put(_Feed(Drain()), timeout=1.0)
         deadline = time.monotonic() + drain_s
+        # A loop in the middle of a turn must take the drain item before it is stopped;
+        # otherwise it would stop with the item unread and never drain (nor log it).
+        self._drain_taken.wait(max(0.0, deadline - time.monotonic()))
         while time.monotonic() < deadline and self._open_ids:
             time.sleep(0.05)
         self._stopped.set()
@@ -260,6 +264,8 @@ class Runner:
             self._fire_timers()
             self._hand(Tick())
             self._open_ids = tuple(self.owner.open_occurrences())
+            if isinstance(item, _Feed) and isinstance(item.event, Drain):
+                self._drain_taken.set()  # after publishing what is still open
 
     def _hand(self, event: Event) -> None:
         try:

@@ -39,9 +39,11 @@ ownership (re-observing admitted attempts, resuming cancellations). A proposal w
 from the committed state later (a claim it sees committed is adopted and dispatched then, for the
 first time; nothing dispatched is ever dispatched again).
 
-The decision points, one method each (owner_attempts.py): ``_exec_done`` (the dispatch answer:
-accepted, refused, or Unknown), ``_observed`` and ``_observation_deadline`` (an observed outcome;
-Unknown past timeout_seconds + grace), ``_cancel_done`` (Cancelled only on a confirmed stop).
+The decision points, one method each (owner_attempts.py): ``_exec_done`` (the dispatch answer),
+``_observed`` and ``_observation_deadline`` (an observed outcome; past timeout_seconds + grace a
+fence without a permit, Unknown with one), ``_perform`` (carries out what the pure
+appliance/runner/dispatch_outcome.py decided: re-send, ``FenceDispatch``, Unknown, Failed),
+``_resend`` (the re-send timer), ``_cancel_done`` (Cancelled only on a confirmed stop).
 
 Serial decisions, as the loop made them: where a decision waits on a commit (observe → folded
 claim → claim-ready; barrier → acquire → seed; an outcome; an operator mutation → reply), the
@@ -61,14 +63,18 @@ An observation that creates occurrences claims them in the same commit (``Observ
 appliance/core/observe_claim.py) when the owner may claim; what the apply leaves Pending (running
 limit, overlap) is claimed by ``ClaimOccurrence`` on the same pass.
 
-Conservatism (SPEC §1): an attempt is dispatched once; a lost acknowledgement, an ambiguous send
-or an unreachable worker marks it Unknown and it is never retried automatically; observation
-records Unknown at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after dispatch, then keeps asking
-every ``unknown_poll_s``, so a later confirmed outcome still resolves it. Cancellation commits
+Conservatism (SPEC §1, §11): an attempt is dispatched once, and sent again only after a definite
+"not dispatched" answer (the same binding, with backoff, until the grant expires). An ambiguous
+send or an unreachable worker with **no committed permit** is fenced (``FenceDispatch``: proven
+not launched; the next attempt is claimed, no retry spent; refused if an ``Admit`` committed
+first). With a permit the attempt is observed and becomes Unknown — never retried automatically —
+only when its outcome stays lost at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after the last send
+(or the worker reports it fenced before consume), its reason naming the missing evidence; it is
+still asked about every ``unknown_poll_s``, so a later confirmed outcome still resolves it. While
+the version gate holds ``FenceDispatch`` back, the attempt is Unknown as before, its reason
+saying why. Cancellation commits
 Cancelling before the worker is contacted; only a confirmed stop makes it Cancelled, and a
-completion that won keeps its result. The decision points are the methods ``_exec_done``
-(dispatch result), ``_observed`` (observation result and deadline) and ``_cancel_done``
-(cancellation result).
+completion that won keeps its result.
 """
 
 from __future__ import annotations

@@ -1,11 +1,19 @@
 """The owner core's decisions about one dispatched attempt: dispatch, observe, Unknown, cancel.
 
-Theory of operation (SPEC §1, §3): an attempt is dispatched once. Its dispatch answer decides
-(``_exec_done``): accepted → observe; a definite refusal while no permit exists → Failed;
-anything else → Unknown, never dispatched again, still observed. Observation (``_observed``)
-records a confirmed outcome; at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after dispatch a
-Running attempt becomes Unknown (``_observation_deadline``) and is then asked about every
-``unknown_poll_s``, so a later confirmed outcome still resolves it. Cancellation commits
+Theory of operation (SPEC §1, §3, §11): an attempt is dispatched once, and sent again only
+after a definite "not dispatched" answer (exactly the committed binding). What an answer means is
+decided by the pure functions of appliance/runner/dispatch_outcome.py from what the committed
+state says (``ownership.committed_view``); ``_perform`` carries the decision out. The dispatch
+answer (``_exec_done``): accepted → observe; "not dispatched" → re-send after a backoff
+(``_resend``, a timer) while the attempt is Running, this owner holds the epoch and the grant
+holds; a definite refusal with no permit → Failed; anything else without a committed permit →
+``FenceDispatch`` (not launched; the next attempt is claimed, no retry spent); with a permit →
+observe. Observation (``_observed``) records a confirmed outcome; at ``timeout_seconds`` +
+``OBSERVE_GRACE_S`` after the last send (``_observation_deadline``) an attempt without a permit
+is fenced and one with a permit becomes Unknown, its reason naming the missing evidence; an
+Unknown attempt is asked about every ``unknown_poll_s``, so a later confirmed outcome still
+resolves it. When the version gate holds ``FenceDispatch`` back (not every voter applies it yet)
+the attempt falls back to Unknown, its reason saying so. Cancellation commits
 Cancelling before the worker is contacted; its answer (``_cancel_done``) makes it Cancelled only
 on a confirmed stop, returns it on a fence before consume, keeps a completion that won, and asks
 again otherwise. ``Work`` is owner-side memory, never replicated: after a takeover it is rebuilt
@@ -21,8 +29,8 @@ from typing import Any, Final
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
-from appliance.runner import ownership
-from appliance.runner.applied import Accepted, Refused
+from appliance.runner import dispatch_outcome, ownership
+from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.binding import execution_id
 from appliance.runner.owner_events import (
     CancelRequest,
@@ -62,17 +70,21 @@ class Work:
     occurrence_id: int
     attempt: int
     binding: dict[str, Any]
-    deadline_s: float  # wall (scaled) time after which a silent attempt is Unknown
+    deadline_s: float  # wall (scaled) time after which a silent attempt is fenced or Unknown
     due_s: int = 0  # the occurrence's due instant (for the latency fields of the logs)
     busy: bool = False  # a worker call for it is in flight
     poll_s: float = OBSERVE_FIRST_POLL_S
     cancel_attempts: int = 0
     observing: bool = False
+    code: str = ""  # the committed claim's code: a re-send sends exactly the same request
+    sends: int = 1  # sends of this binding (re-sent only after "not dispatched")
+    last_observation: str = ""  # why the last observation gave no outcome (for the reasons)
 
 
 class AttemptDecisions(SerialCore):
     cfg: RunnerConfig
     unknown_poll_s: float
+    epoch: int | None
     _work: dict[int, Work]  # occurrence id -> dispatched attempt
     _tasks: dict[int, Work]  # worker-call token -> its work
 
@@ -81,6 +93,7 @@ class AttemptDecisions(SerialCore):
 
     def _start_exec(self, record: Any, binding: dict[str, Any], code: str) -> None:
         work = Work(record.id, record.attempt, binding, self._deadline_s(), record.due_s)
+        work.code = code
         self._work[record.id] = work
         self._spawn(work, lambda token: DispatchRequest(token, binding, code))
 
@@ -110,6 +123,16 @@ class AttemptDecisions(SerialCore):
             return None
         return record
 
+    def _committed(self, work: Work, record: Any) -> dispatch_outcome.Committed:
+        """What the committed state says about ``work``'s attempt, for dispatch_outcome."""
+        epoch_held = self.epoch is not None and work.binding.get("epoch") == self.epoch
+        grant_expired = self._wall_s >= self.cfg.remote.expires_at.timestamp()
+        return self._read(
+            lambda st: ownership.committed_view(
+                st, record, epoch_held=epoch_held, grant_expired=grant_expired
+            )
+        )
+
     def _execution_id(self, work: Work) -> str:
         return execution_id(work.binding["schedule_id"], work.occurrence_id, work.attempt)
 
@@ -121,18 +144,18 @@ class AttemptDecisions(SerialCore):
         try:
             result = yield from self._propose(command)
         except (NotOwner, Uncertain) as exc:
-            self._emit_log(f"{event}_uncertain", reason=str(exc), **fields)
+            self._emit_log(f"{event}_uncertain", **{**fields, "reason": str(exc)})
             return None
-        if isinstance(result, Refused):
-            self._emit_log(f"{event}_refused", reason=result.message, **fields)
+        if isinstance(result, Refused):  # its reason replaces the one the command carried
+            self._emit_log(f"{event}_refused", **{**fields, "reason": result.message})
         else:
             state = getattr(result.value, "state", None)
             self._emit_log(event, state=getattr(state, "value", state), **fields)
         return result
 
     def _exec_done(self, work: Work, result: ExecResult | Exception) -> Chain[None]:
-        """The dispatch's answer: accepted → observe; a definite refusal with no permit →
-        Failed; anything else → Unknown (never dispatched again), still observed."""
+        """The dispatch's answer: accepted → observe; otherwise ``dispatch_outcome.after_exec``
+        decides from the committed state (re-send, Failed, fence, or observe)."""
         work.busy = False
         record = self._current(work)
         if record is None:
@@ -149,32 +172,10 @@ class AttemptDecisions(SerialCore):
             )
             self._start_observing(work)
             return
-        if result.kind == "refused" and not self._read(
-            lambda st: ownership.permit_may_exist(st, work.occurrence_id, work.attempt)
-        ):
-            reason = f"worker refused: {result.code}"
-            yield from self._commit_quietly(
-                core.RecordOutcome(
-                    work.occurrence_id, work.attempt, "failed", self._now_s(), reason=reason
-                ),
-                "outcome",
-                reason=reason,
-                **ids,
-            )
-            self._forget(work)
-            return
-        reason = f"dispatch uncertain: {result.code or ''} {result.detail}".strip()
-        if record.state is S.RUNNING:
-            yield from self._commit_quietly(
-                ownership.mark_unknown_command(
-                    self.cfg.remote.namespace, record, reason, self._now_s()
-                ),
-                "outcome",
-                reason=reason,
-                **ids,
-            )
-        # A later confirmed outcome still resolves Unknown: keep observing until the deadline.
-        self._start_observing(work)
+        decision = dispatch_outcome.after_exec(
+            result.kind, result.code, result.detail, self._committed(work, record), work.sends
+        )
+        yield from self._perform(work, record, decision)
 
     def _start_observing(self, work: Work) -> None:
         work.observing = True
@@ -188,8 +189,8 @@ class AttemptDecisions(SerialCore):
         self._spawn(work, lambda token: ObserveRequest(token, eid))
 
     def _observed(self, work: Work, result: ObserveResult | Exception) -> Chain[None]:
-        """The observation's answer: a confirmed outcome is recorded; past the deadline a
-        Running attempt becomes Unknown (and is still asked about, slowly)."""
+        """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
+        deadline are decided by dispatch_outcome (a fence without a permit, Unknown with one)."""
         work.busy = False
         record = self._current(work)
         if record is None or record.terminal:
@@ -205,9 +206,10 @@ class AttemptDecisions(SerialCore):
             reason = None
             if outcome != "completed" and document is not None:
                 # "uncaught exception: Error: boom", bounded (appliance/runner/report_text.py).
-                reason = failure_reason(document) or str(
-                    document.get("reason") or document.get("error") or outcome
-                )[:200]
+                reason = (
+                    failure_reason(document)
+                    or str(document.get("reason") or document.get("error") or outcome)[:200]
+                )
             yield from self._commit_quietly(
                 core.RecordOutcome(
                     work.occurrence_id,
@@ -225,27 +227,115 @@ class AttemptDecisions(SerialCore):
             work.observing = False
             self._dirty = True
             return
+        work.last_observation = status or (
+            result.detail if isinstance(result, ObserveResult) else repr(result)
+        )
+        if status == "fenced":
+            fence = (
+                (result.document or {}).get("fence") if isinstance(result, ObserveResult) else None
+            )
+            why = str((fence or {}).get("reason") or "no reason given")[:200]
+            decision = dispatch_outcome.after_fenced_observation(self._committed(work, record), why)
+            if not isinstance(decision, dispatch_outcome.Observe):
+                yield from self._perform(work, record, decision)
+                return
         if self._wall_s >= work.deadline_s:
-            yield from self._observation_deadline(work, record, ids)
+            yield from self._observation_deadline(work, record)
             return
         work.poll_s = min(work.poll_s * 2, OBSERVE_POLL_MAX_S)
         self._later(work.poll_s, lambda: self._poll(work))
 
-    def _observation_deadline(self, work: Work, record: Any, ids: dict[str, Any]) -> Chain[None]:
-        """No outcome within timeout_seconds + grace: a Running attempt is Unknown."""
-        if record.state is S.RUNNING:
-            reason = "no outcome within timeout_seconds + grace"
-            yield from self._commit_quietly(
-                ownership.mark_unknown_command(
-                    self.cfg.remote.namespace, record, reason, self._now_s()
-                ),
-                "outcome",
-                reason=reason,
-                **ids,
-            )
+    def _observation_deadline(self, work: Work, record: Any) -> Chain[None]:
+        """No outcome within timeout_seconds + grace of the last send: without a permit the
+        attempt is fenced, with one it is Unknown (``dispatch_outcome.at_deadline``)."""
+        decision = dispatch_outcome.at_deadline(
+            self._committed(work, record), work.last_observation
+        )
+        if not isinstance(decision, dispatch_outcome.Observe):
+            yield from self._perform(work, record, decision)
+            return
+        self._observe_slowly(work)
+
+    def _observe_slowly(self, work: Work) -> None:
         # Unknown is never retried, but it is still observed: the real result wins.
         work.poll_s = self.unknown_poll_s
         self._later(work.poll_s, lambda: self._poll(work))
+
+    # ---- dispatch decisions (appliance/runner/dispatch_outcome.py decides; this performs) -----
+
+    def _perform(self, work: Work, record: Any, decision: dispatch_outcome.Decision) -> Chain[None]:
+        ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}
+        now_s = self._now_s()
+        if isinstance(decision, dispatch_outcome.Resend):
+            work.last_observation = f"not dispatched: {decision.code}"
+            self._emit_log(
+                "dispatch_not_dispatched", sends=work.sends, delay_s=decision.delay_s, **ids
+            )
+            work.busy = True  # nothing else may touch it until the re-send is answered
+            self._later(decision.delay_s, lambda: self._resend(work))
+            return
+        if isinstance(decision, dispatch_outcome.RecordFailed):
+            yield from self._commit_quietly(
+                core.RecordOutcome(
+                    work.occurrence_id, work.attempt, "failed", now_s, reason=decision.reason
+                ),
+                "outcome",
+                reason=decision.reason,
+                **ids,
+            )
+            self._forget(work)
+            return
+        if isinstance(decision, dispatch_outcome.Fence):
+            command = ownership.fence_dispatch_command(
+                self.cfg.remote.namespace, self.epoch or 0, record, decision, now_s
+            )
+            result = yield from self._commit_quietly(
+                command, "dispatch_fenced", reason=decision.reason, **ids
+            )
+            if isinstance(result, Accepted):
+                self._forget(work)
+                work.observing = False
+                self._dirty = True
+                return
+            if isinstance(result, Refused) and isinstance(result.error, NotYetApplicable):
+                # The version gate held the fence back (nothing was proposed): today's answer,
+                # Unknown, rather than asking again at every deadline for ever.
+                decision = dispatch_outcome.MarkUnknown(
+                    f"{decision.reason}; the fence could not be proposed because not every "
+                    f"voter applies FenceDispatch yet ({result.message})"
+                )
+            # Otherwise refused (an Admit committed first) or uncertain: observe; the deadline
+            # decides from the committed state.
+        if isinstance(decision, dispatch_outcome.MarkUnknown) and record.state is S.RUNNING:
+            yield from self._commit_quietly(
+                ownership.mark_unknown_command(
+                    self.cfg.remote.namespace, record, decision.reason, now_s
+                ),
+                "outcome",
+                reason=decision.reason,
+                **ids,
+            )
+        if not work.observing or self._wall_s < work.deadline_s:
+            self._start_observing(work)
+        else:
+            self._observe_slowly(work)
+
+    def _resend(self, work: Work) -> None:
+        """The re-send timer: send exactly the committed binding again — only while it is still
+        this owner's Running attempt and the grant holds (otherwise ``after_exec`` fences it)."""
+        work.busy = False
+        record = self._current(work)
+        if record is None:
+            return
+        committed = self._committed(work, record)
+        if record.state is not S.RUNNING or not committed.epoch_held or committed.grant_expired:
+            code = work.last_observation.removeprefix("not dispatched: ")
+            self._run(self._exec_done(work, ExecResult("not_dispatched", code=code)))
+            return
+        work.sends += 1
+        work.deadline_s = self._deadline_s()
+        binding, code = work.binding, work.code
+        self._spawn(work, lambda token: DispatchRequest(token, binding, code))
 
     def _send_cancel(self, work: Work) -> None:
         if work.busy:

@@ -9,7 +9,10 @@ listed for re-observation, Cancelling ones for resumption). On a new store the f
 commits ``SeedInitialSchedules``. Claims carry the full binding (``ClaimOccurrence``); admission
 is the committed ``Admit`` compare-and-set, answered only after its commit. The sequence itself
 (barrier, acquire, seed) is the owner core's (appliance/runner/owner.py); these functions read
-the committed state they are given and build commands, nothing else.
+the committed state they are given and build commands, nothing else: among them
+``committed_view`` (what the committed state says about a dispatched attempt, for
+``dispatch_outcome``), the owner's own dispatch fence (``FenceDispatch``) and the evidence
+``acknowledge_stopped`` answers with.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from appliance.core.binding import Invocation, binding_from_json, binding_to_jso
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
 from appliance.runner.applied import Accepted, Refused
+from appliance.runner.dispatch_outcome import Committed, Fence
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,57 @@ def invocation_of(namespace: str, record: Occurrence) -> Invocation:
 
 def mark_unknown_command(namespace: str, record: Occurrence, reason: str, at_s: int) -> Any:
     return core.MarkUnknown(invocation_of(namespace, record), reason, at_s)
+
+
+def committed_view(
+    st: core.SchedulerState,
+    record: Occurrence,
+    *,
+    epoch_held: bool,
+    grant_expired: bool,
+) -> Committed:
+    """What the committed state says about ``record``'s current attempt; the owner adds whether
+    it holds the binding's epoch and whether the grant has expired."""
+    admission = core.admission_record(st, record.id)
+    permit = None if admission is None else admission.permit_for(record.attempt)
+    described = None
+    if permit is not None:
+        described = (
+            f"granted in epoch {permit.granted_epoch} to worker incarnation {permit.incarnation}"
+        )
+    return Committed(
+        state=record.state,
+        permit=described,
+        epoch_held=epoch_held,
+        grant_expired=grant_expired,
+        fenced_before=max(0, record.attempt - 1 - record.retries_used),
+    )
+
+
+def fence_dispatch_command(
+    namespace: str, epoch: int, record: Occurrence, fence: Fence, at_s: int
+) -> Any:
+    not_before = at_s + fence.backoff_s if fence.backoff_s > 0 else None
+    return core.FenceDispatch(
+        invocation_of(namespace, record), epoch, fence.reason, not_before, at_s
+    )
+
+
+def unknown_evidence(st: core.SchedulerState, occurrence_id: int) -> dict[str, Any]:
+    """Why the record's current attempt was Unknown, and whether a permit was committed: what
+    ``acknowledge_stopped`` answers with, so the attestation is made knowing the evidence."""
+    record = st.occurrences.get(occurrence_id)
+    if record is None:
+        return {}
+    admission = core.admission_record(st, occurrence_id)
+    note = None if admission is None else admission.unknown
+    reason = note.reason if note is not None and note.attempt == record.attempt else None
+    permit = None if admission is None else admission.permit_for(record.attempt)
+    return {
+        "attempt": record.attempt,
+        "unknown_reason": reason or record.failure_reason,
+        "permit_committed": permit is not None,
+    }
 
 
 def fence_after_cancel_command(namespace: str, record: Occurrence, at_s: int) -> Any:

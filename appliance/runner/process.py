@@ -126,8 +126,7 @@ class RunnerProcess:
         self.stopping = threading.Event()
         self.machine = Machine(store, cfg.limits, on_fatal=self._on_fatal)
         member_cls = EtcdMember if isinstance(cfg.replication, EtcdBackend) else RaftMember
-        # The built-in Raft installs a leader's snapshot through the machine (issue 19).
-        snapshot_hook = {} if member_cls is EtcdMember else {"restore": self.machine.restore}
+        # Both backends install a snapshot through the machine (issue 19).
         self.member = member_cls(
             cfg if network is None else network.member_config(cfg),
             credentials,
@@ -136,7 +135,7 @@ class RunnerProcess:
             contract_digest=contract_digest(cfg),
             applied_index=self.machine.applied_index,
             on_fatal=self._on_fatal,
-            **snapshot_hook,
+            restore=self.machine.restore,
         )
         self.worker = WorkerClient(
             cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)

@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ExecResult:
-    kind: str  # accepted | refused | uncertain
+    kind: str  # accepted | refused | not_dispatched | uncertain
     execution_id: str | None = None
     code: str | None = None
     detail: str = ""

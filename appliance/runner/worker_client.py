@@ -7,8 +7,10 @@ Theory of operation: each call makes exactly one request with the remote bearer 
 classifies the answer into a small frozen result the loop can act on without knowing HTTP:
 
 - ``ExecResult.kind``: ``accepted`` (202, or 200 for an invocation the worker already knows),
-  ``refused`` (403: definite refusal before any permit was consumed), ``uncertain`` (anything
-  else: a 503, a timeout, a dropped connection, a malformed answer — the attempt may have run).
+  ``refused`` (403: definite refusal before any permit was consumed), ``not_dispatched`` (a
+  well-formed protocol-1 HTTP 503 whose error code is ``pool_full`` or ``engine_unavailable``:
+  the worker answers so before it reserves anything), ``uncertain`` (anything else: another 503,
+  a timeout, a dropped connection, a malformed answer — the attempt may have run).
 - ``ObserveResult``: the execution's ``status`` or ``None`` with the reason it could not be read.
 - ``CancelResult.result``: the worker's ``result`` field, or ``None`` when the call failed.
 
@@ -23,13 +25,12 @@ import ssl
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
+from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION
+from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
+from appliance.runner.dispatch_outcome import NOT_DISPATCHED_CODES
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
 from appliance.secret import Secret
 
-PROTOCOL_VERSION: Final = 1
-EXEC_PATH: Final = "/api/scheduled/v1/exec"
-EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/"
-CANCEL_PATH: Final = "/api/scheduled/v1/cancel"
 RESPONSE_BYTES_MAX: Final = 512 * 1024
 CONNECT_TIMEOUT_MS: Final = 2_000
 EXEC_READ_TIMEOUT_MS: Final = 30_000  # exec waits for the admission commit and the submit
@@ -49,6 +50,18 @@ def _json(raw: bytes) -> dict[str, Any] | None:
     if not isinstance(value, dict) or value.get("protocol") != PROTOCOL_VERSION:
         return None
     return value
+
+
+def _not_dispatched(status: int, document: dict[str, Any] | None) -> bool:
+    """Only a well-formed protocol-1 error document, exactly, with a not-dispatched code."""
+    if status != 503 or document is None or set(document) != {"protocol", "error"}:
+        return False
+    error = document["error"]
+    return (
+        isinstance(error, dict)
+        and error.get("code") in NOT_DISPATCHED_CODES
+        and isinstance(error.get("message"), str)
+    )
 
 
 def _error_code(document: dict[str, Any] | None) -> str:
@@ -111,6 +124,10 @@ class WorkerClient:
                 return ExecResult("accepted", execution_id, detail=str(answer.get("state")))
         if response.status == 403:
             return ExecResult("refused", code=_error_code(answer), detail="worker refused")
+        if _not_dispatched(response.status, answer):
+            return ExecResult(
+                "not_dispatched", code=_error_code(answer), detail="worker answered HTTP 503"
+            )
         return ExecResult(
             "uncertain",
             code=_error_code(answer),

@@ -1,5 +1,8 @@
 """``python -m appliance.sim --seeds N [--start S] [--nodes 3|5] [--faults all|none|a,b]
-[--leader-gone-hints] [--no-compaction]``.
+[--leader-gone-hints] [--no-compaction] [--membership]``.
+
+``python -m appliance.sim --system --seeds N ...`` runs the whole-system simulator instead
+(appliance/sim/system/__main__.py, the same as ``python -m appliance.sim.system``).
 
 Runs N consecutive seeds; every failure prints its seed and the exact command that reproduces it.
 Exit status 1 if any seed failed.
@@ -15,6 +18,11 @@ from appliance.sim.simulation import SimOptions, run_seed
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else argv
+    if "--system" in args_in:
+        from appliance.sim.system.__main__ import main as system_main
+
+        return system_main([a for a in args_in if a != "--system"])
     parser = argparse.ArgumentParser(prog="python -m appliance.sim", description=__doc__)
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed")
@@ -35,6 +43,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="never compact the log (the simulator before snapshots; compaction is on by default)",
     )
+    parser.add_argument(
+        "--membership",
+        action="store_true",
+        help="change the configuration during the faults: add learners, promote them, remove "
+        "voters and the leader, crash a leader between a CONFIG append and its commit",
+    )
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     args = parser.parse_args(argv)
     options = SimOptions(
@@ -44,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         liveness_ms_max=args.liveness_ms,
         leader_gone_hints=args.leader_gone_hints,
         compaction=not args.no_compaction,
+        membership=args.membership,
     )
     failures = 0
     totals = {
@@ -57,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         "leader_gone_hints": 0,
         "compactions": 0,
         "snapshots_installed": 0,
+        "config_changes": 0,
+        "config_crashes": 0,
+        "leaders_removed": 0,
     }
     for seed in range(args.start, args.start + args.seeds):
         result = run_seed(seed, options)
@@ -70,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         totals["leader_gone_hints"] += result.leader_gone_hints
         totals["compactions"] += result.compactions
         totals["snapshots_installed"] += result.snapshots_installed
+        totals["config_changes"] += result.config_changes
+        totals["config_crashes"] += result.config_crashes
+        totals["leaders_removed"] += result.leaders_removed
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} events={result.events} "
@@ -86,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"--nodes {args.nodes} --faults {args.faults} --safety-ms {args.safety_ms} "
                 f"--liveness-ms {args.liveness_ms}"
                 f"{' --leader-gone-hints' if args.leader_gone_hints else ''}"
-                f"{' --no-compaction' if args.no_compaction else ''} --verbose"
+                f"{' --no-compaction' if args.no_compaction else ''}"
+                f"{' --membership' if args.membership else ''} --verbose"
             )
     print(
         f"{args.seeds} seeds from {args.start}, nodes={args.nodes}, faults={args.faults}: "

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import hashlib
 
-from appliance.raft import Entry, RaftNode, Role
+from appliance.raft import Entry, EntryKind, RaftNode, Role
+from appliance.raft.membership import Membership
 
 
 def next_state_hash(previous: bytes, entry: Entry) -> bytes:
@@ -41,11 +42,24 @@ class SafetyCheckers:
         self.snapshots_installed = 0
         self.max_commit_seen = 0
         self.checks = 0
+        self.configs: dict[int, Membership] = {}  # index -> applied CONFIG entry, cluster-wide
+        self.node_config: dict[str, Membership] = {}  # node -> last CONFIG it applied
 
     # Election safety: at most one leader per term.
     def observe(self, node: RaftNode) -> None:
         self.checks += 1
         self.max_commit_seen = max(self.max_commit_seen, node.commit_index)
+        # A learner or removed node never campaigns; a leader that removed itself leads only
+        # until that entry commits.
+        if (
+            node.role is not Role.FOLLOWER
+            and not node.membership.is_voter(node.id)
+            and (node.role is not Role.LEADER or not node.config_change_pending)
+        ):
+            raise Violation(
+                "membership",
+                f"{node.id} is a {node.role.value} in term {node.term} but {node.member_status()}",
+            )
         if node.role is not Role.LEADER:
             return
         known = self.leader_of_term.get(node.term)
@@ -85,6 +99,7 @@ class SafetyCheckers:
         self._check_state(node_id, applied_index, state, "restarted from a checkpoint")
         self.next_apply[node_id] = applied_index + 1
         self.node_state[node_id] = state
+        self.node_config.pop(node_id, None)
 
     def on_snapshot_installed(self, node_id: str, index: int, state: bytes) -> None:
         self.checks += 1
@@ -92,6 +107,7 @@ class SafetyCheckers:
         self._check_state(node_id, index, state, "installed a snapshot")
         self.next_apply[node_id] = index + 1
         self.node_state[node_id] = state
+        self.node_config.pop(node_id, None)
 
     def _check_state(self, node_id: str, index: int, state: bytes, how: str) -> None:
         known = self.state_after.get(index)
@@ -115,6 +131,8 @@ class SafetyCheckers:
         state = next_state_hash(self.node_state.get(node_id, b""), entry)
         self.node_state[node_id] = state
         self._check_state(node_id, entry.index, state, "applied entries")
+        if entry.kind is EntryKind.CONFIG:
+            self._check_config(node_id, entry)
         seen = self.applied.get(entry.index)
         fact = (entry.term, entry.payload)
         if seen is None:
@@ -125,6 +143,29 @@ class SafetyCheckers:
                 f"{node_id} applied index {entry.index} as term {entry.term}, "
                 f"another node applied term {seen[0]} ({seen[1][:16]!r} vs {fact[1][:16]!r})",
             )
+
+    # Single-server changes: each applied configuration differs from the one applied before it
+    # by exactly one server (added as a learner, promoted, or removed).
+    def _check_config(self, node_id: str, entry: Entry) -> None:
+        new = Membership.decode(entry.data)
+        self.configs.setdefault(entry.index, new)
+        old = self.node_config.get(node_id)
+        self.node_config[node_id] = new
+        if old is None:
+            return  # the first this node applied since it (re)started or installed a snapshot
+        moved = {
+            n for n in set(old.everyone()) | set(new.everyone()) if old.role_of(n) != new.role_of(n)
+        }
+        if len(moved) != 1:
+            raise Violation(
+                "membership",
+                f"{node_id} applied configuration {new.as_dict()} at {entry.index}, changing "
+                f"{sorted(moved)} at once from {old.as_dict()}",
+            )
+
+    def membership_at(self, index: int, genesis: Membership) -> Membership:
+        earlier = [i for i in self.configs if i <= index]
+        return self.configs[max(earlier)] if earlier else genesis
 
     # Linearizable reads: a read barrier covers everything committed before it was requested.
     def on_read_released(self, node_id: str, read_index: int, required_index: int) -> None:

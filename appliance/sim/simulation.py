@@ -35,6 +35,16 @@ wiped across compactions catches up by snapshot. A crash may strike before a Rea
 installed (the old log and checkpoint stay); the checkers verify that every installed snapshot
 and every restart carries a state some node had at that index.
 
+MEMBERSHIP (``membership=True``): fault events also change the configuration through the
+leader, one server at a time — a new node (n4, n5, ...) joins as a learner and catches up
+(usually by snapshot), a learner is promoted (refused until caught up), a voter (a third of the
+time the leader itself) or a learner is removed — during partitions and crashes like everything
+else; after a third of the accepted changes the leader crashes within 0-20 ms, between the
+append of the CONFIG entry and its commit. Removed nodes keep running: the checkers verify that
+no non-voter ever campaigns or leads, that every applied CONFIG entry is one single-server change
+from the one applied before it, and the liveness phase heals everyone and waits for the members
+of the configuration in force at the marker.
+
 LIVENESS: loss and duplication stop, clocks behave, and either everything heals or only a
 random majority core does (the rest stay down or cut off; never while a wiped voter is still
 recovering); crashed core nodes restart.
@@ -58,6 +68,7 @@ from appliance.raft import (
     ReadRefused,
     Role,
 )
+from appliance.raft.membership import Membership
 from appliance.raft.send_order import may_send_before_persist
 from appliance.sim.checkers import (
     SafetyCheckers,
@@ -92,6 +103,8 @@ class SimOptions:
     leader_gone_hints: bool = False
     # Snapshots and log compaction at tiny thresholds (module docstring).
     compaction: bool = True
+    # Membership changes (module docstring). Off by default: the documented seeds keep their runs.
+    membership: bool = False
 
 
 @dataclass
@@ -112,6 +125,9 @@ class SimResult:
     reads_released: int = 0
     leader_gone_hints: int = 0  # hints given (true ones and, in the safety phase, wrong ones)
     liveness_core: int = 0  # how many nodes the liveness phase healed (all, or a majority)
+    config_changes: int = 0  # CONFIG entries a leader accepted
+    config_crashes: int = 0  # leader crashes scheduled between a CONFIG append and its commit
+    leaders_removed: int = 0  # changes that removed the proposing leader
     faults: FaultSettings = field(default_factory=FaultSettings)
 
 
@@ -146,6 +162,7 @@ class Simulation:
             self.checkpoint_rate = self.rng.choice((0.2, 1.0))
             self.snapshot_chunk_bytes = self.rng.choice((7, 16, 1 << 20))
         self.ids = [f"n{i + 1}" for i in range(options.nodes)]
+        self.genesis = tuple(self.ids)
         self.replicas = {node_id: _Replica(node_id) for node_id in self.ids}
         self.checkers = SafetyCheckers()
         self.now_ms = 0
@@ -217,7 +234,9 @@ class Simulation:
         replica.incarnation += 1
         config = RaftConfig(
             node_id=node_id,
-            voters=tuple(self.ids),
+            voters=self.genesis,
+            # A node added later starts as a learner; its log or snapshot says what it is now.
+            learners=() if node_id in self.genesis else (node_id,),
             election_ticks_min=self.options.election_ticks_min,
             election_ticks_max=self.options.election_ticks_max,
             batch_entries_max=self.batch_entries_max,
@@ -316,7 +335,7 @@ class Simulation:
         target = storage.snapshot_index_available() - int(self.trailing_entries)
         if target - node.log.snapshot_index >= self.snapshot_entries:
             term = node.compact(target)
-            storage.compact(target, term, node.config.voters)
+            storage.compact(target, term, node.membership_at(target).members())
             self.result.compactions += 1
 
     def _send(self, message: Message) -> None:
@@ -393,8 +412,63 @@ class Simulation:
                 self._crash(self.rng.choice(leaders))  # leaders' crashes make the hard cases
             elif running:
                 self._crash(self.rng.choice(running))
-        elif self.faults.disk_loss_rate and self.rng.random() < self.faults.disk_loss_rate:
+        elif (
+            self.faults.disk_loss_rate
+            and self.rng.random() < self.faults.disk_loss_rate
+            and not self.options.membership  # see _change_membership
+        ):
             self._begin_disk_loss()
+        if self.options.membership and self.rng.random() < 0.4:
+            self._change_membership()
+
+    def _change_membership(self) -> None:
+        """One single-server change through a leader (module docstring).
+
+        Never in a run that also wipes stores: a wiped voter is lost until a leader catches it
+        up, so an uncommitted change that needs it in its new quorum (say {n1, n2, n3} minus n1,
+        with n2 wiped) leaves a configuration that lost half its voters — no protocol elects a
+        leader there. Membership runs therefore draw no disk losses."""
+        leaders = [
+            r.node
+            for r in self.replicas.values()
+            if r.node is not None and r.node.role is Role.LEADER
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        members = node.membership
+        roll = self.rng.random()
+        try:
+            if members.learners and roll < 0.7:
+                node.promote(self.rng.choice(members.learners))
+            elif len(members.everyone()) < 6 and roll < 0.75:
+                new_id = f"n{len(self.ids) + 1}"
+                node.add_learner(new_id)
+                self.ids.append(new_id)
+                self.replicas[new_id] = _Replica(new_id)
+                self._start(new_id)
+            elif len(members.voters) > 3 or (len(members.voters) == 3 and roll < 0.9):
+                target = node.id if self.rng.random() < 1 / 3 else self.rng.choice(members.voters)
+                node.remove(target)
+                self.result.leaders_removed += target == node.id
+            elif members.learners:
+                node.remove(self.rng.choice(members.learners))
+            else:
+                return
+        except (NotLeader, ProposalRefused):
+            return
+        self.result.config_changes += 1
+        replica = self.replicas[node.id]
+        if self.rng.random() < 1 / 3:
+            self.result.config_crashes += 1
+            self._at(self.rng.randint(0, 20), "crash", (node.id, replica.incarnation))
+        self._process(replica)
+
+    def _on_crash(self, data: object) -> None:
+        node_id, incarnation = data  # type: ignore[misc]
+        replica = self.replicas[node_id]
+        if not self._liveness and replica.node is not None and replica.incarnation == incarnation:
+            self._crash(replica)
 
     def _begin_disk_loss(self) -> None:
         """Take one voter down now; wipe another one's store a little later, so the entries
@@ -497,7 +571,12 @@ class Simulation:
         wiping = any(self._wiping(r) for r in self.replicas.values())
         # A voter still recovering a lost store cannot vote: a majority core holding it could
         # never elect a leader, so such a run heals everyone.
-        if len(self.ids) >= 3 and self.rng.random() < 0.5 and not wiping:
+        if (
+            len(self.ids) >= 3
+            and self.rng.random() < 0.5
+            and not wiping
+            and not self.options.membership  # the voters changed: heal every node instead
+        ):
             size = self.rng.randint(quorum, len(self.ids) - 1)
             self._core = sorted(self.rng.sample(self.ids, size))
         else:
@@ -541,13 +620,17 @@ class Simulation:
         marker_index = self._marker_applied_index()
         if marker_index is None:
             return False
-        core = [self.replicas[i] for i in self._core]
+        core = [self.replicas[i] for i in self._core if i in self._members_at(marker_index)]
         # A wiped voter must also have become a full voter again (a snapshot alone can bring
         # it to the marker before any append told it the leader's commit index).
         return all(
             r.node is not None and r.node.applied_index >= marker_index and not r.node.recovering
             for r in core
         )
+
+    def _members_at(self, index: int) -> tuple[str, ...]:
+        """Voters and learners of the configuration in force at ``index`` (applied ones)."""
+        return self.checkers.membership_at(index, Membership(self.genesis)).everyone()
 
     def _check_log_matching(self) -> None:
         check_log_matching([r.node for r in self.replicas.values() if r.node is not None])

@@ -39,6 +39,7 @@ import apsw
 
 from appliance.core.canonical import canonical_digest, canonical_json
 from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
+from appliance.protocol.v1 import Invocation, check_invocation_key
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
@@ -46,6 +47,15 @@ from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
 from appliance.store.versions import KIND_WORKER, WORKER_FILE_NAME
+
+__all__ = [
+    "EXECUTION_OUTPUT_BYTES_MAX",
+    "ExecutionRecord",
+    "Invocation",
+    "InvocationRecord",
+    "Reserved",
+    "WorkerStore",
+]
 
 EXECUTION_OUTPUT_BYTES_MAX = 256 * 1024
 EXECUTION_STATUSES = (
@@ -58,27 +68,6 @@ EXECUTION_STATUSES = (
     "lost",
 )
 TERMINAL_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
-
-
-@dataclass(frozen=True)
-class Invocation:
-    """The deduplication key of an attempt (SPEC §6): never a leader epoch or incarnation."""
-
-    namespace: str
-    schedule_id: int
-    occurrence_id: int
-    attempt: int
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.namespace, str) or not self.namespace:
-            raise ValueError(f"invocation namespace must be a non-empty string: {self.namespace!r}")
-        for name in ("schedule_id", "occurrence_id", "attempt"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"invocation {name} must be a non-negative integer: {value!r}")
-
-    def key(self) -> tuple[str, int, int, int]:
-        return (self.namespace, self.schedule_id, self.occurrence_id, self.attempt)
 
 
 @dataclass(frozen=True)
@@ -241,6 +230,7 @@ class WorkerStore(OpenedStore):
 
     # ----------------------------------------------------------------- invocation records
     def _check_namespace(self, invocation: Invocation) -> None:
+        check_invocation_key(invocation)
         if invocation.namespace != self.namespace:
             raise WorkerRecordRefused(
                 "namespace_mismatch",

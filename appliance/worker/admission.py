@@ -24,41 +24,22 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Generator
 from typing import Any, Final
 
-from appliance.config.credentials import Secret
 from appliance.config.urls import Origin
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient, Response
-from appliance.worker.wire import PROTOCOL_VERSION, Binding
+from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION, Binding, invocation_document
+from appliance.secret import Secret
+from appliance.worker.admission_result import AdmissionResult, Attempt
+
+__all__ = ["ADMIT_PATH", "AdmissionClient", "AdmissionResult", "Attempt", "invocation_document"]
 
 log = logging.getLogger("appliance.worker.admission")
 
-ADMIT_PATH: Final = "/scheduler/v1/admit"
+Reply = Response | ConnectFailed | AmbiguousSend  # what one POST came to
+
 PERMIT_RESPONSE_BYTES_MAX: Final = 64 * 1024
-
-
-@dataclass(frozen=True)
-class Attempt:
-    """One URL tried: what happened there (for the record and the logs)."""
-
-    url: str
-    outcome: str  # "granted", "409", "connect_failed", "403", "ambiguous", "status_<n>", ...
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class AdmissionResult:
-    """``kind``: granted | refused (403) | uncertain (stop, a permit may exist) | unavailable."""
-
-    kind: str
-    permit: dict[str, Any] | None
-    reason: str
-    attempts: tuple[Attempt, ...] = field(default_factory=tuple)
-
-    def summary(self) -> str:
-        tried = ", ".join(f"{a.url} -> {a.outcome}" for a in self.attempts)
-        return f"{self.kind}: {self.reason} [{tried}]"
 
 
 class AdmissionClient:
@@ -89,21 +70,15 @@ class AdmissionClient:
         indexed = tuple(enumerate(self._urls))
         return indexed[first:] + indexed[:first]
 
-    def request_permit(self, binding: Binding) -> AdmissionResult:
-        body = json.dumps(
-            {
-                "protocol": PROTOCOL_VERSION,
-                "binding": binding.document,
-                "incarnation": self._incarnation_id,
-            },
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8")
-        attempts: list[Attempt] = []
-        for index, origin in self._order():
-            url = origin.url + ADMIT_PATH
+    def request_permit(self, binding: Binding, document: dict[str, Any]) -> AdmissionResult:
+        """One pass over the URLs for ``binding``; ``document`` is the binding as received."""
+        steps = self.permit_pass(binding, document)
+        request = next(steps)
+        while True:
+            url, body = request
+            reply: Reply
             try:
-                response = self._client.post(
+                reply = self._client.post(
                     url,
                     body,
                     headers={"Content-Type": "application/json"},
@@ -113,22 +88,48 @@ class AdmissionClient:
                     read_timeout_ms=self._read_timeout_ms,
                     response_bytes_max=PERMIT_RESPONSE_BYTES_MAX,
                 )
-            except ConnectFailed as exc:
-                attempts.append(Attempt(origin.url, "connect_failed", exc.reason))
+            except (ConnectFailed, AmbiguousSend) as exc:
+                reply = exc
+            try:
+                request = steps.send(reply)
+            except StopIteration as done:
+                return done.value
+
+    def permit_pass(
+        self, binding: Binding, document: dict[str, Any]
+    ) -> Generator[tuple[str, bytes], Reply, AdmissionResult]:
+        """The pass as decisions, without I/O: yields ``(url, body)`` to POST, is sent what
+        came back (a ``Response``, or the ``ConnectFailed`` / ``AmbiguousSend`` raised), and
+        returns the result. ``request_permit`` drives it over HTTP; the system simulator drives
+        it over its simulated network."""
+        body = json.dumps(
+            {
+                "protocol": PROTOCOL_VERSION,
+                "binding": document,
+                "incarnation": self._incarnation_id,
+            },
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8")
+        attempts: list[Attempt] = []
+        for index, origin in self._order():
+            reply = yield (origin.url + ADMIT_PATH, body)
+            if isinstance(reply, ConnectFailed):
+                attempts.append(Attempt(origin.url, "connect_failed", reply.reason))
                 continue  # definite: nothing was sent, the next voter may be the owner
-            except AmbiguousSend as exc:
-                attempts.append(Attempt(origin.url, "ambiguous", exc.reason))
+            if isinstance(reply, AmbiguousSend):
+                attempts.append(Attempt(origin.url, "ambiguous", reply.reason))
                 return AdmissionResult(
                     "uncertain",
                     None,
-                    f"ambiguous send to {origin.url}: {exc.reason}",
+                    f"ambiguous send to {origin.url}: {reply.reason}",
                     tuple(attempts),
                 )
-            if response.status == 409:
-                attempts.append(Attempt(origin.url, "409", _error_code(response)))
+            if reply.status == 409:
+                attempts.append(Attempt(origin.url, "409", _error_code(reply)))
                 continue
             self._first = index  # this voter answered as the owner: ask it first next time
-            return self._judge(origin, binding, response, attempts)
+            return self._judge(origin, binding, reply, attempts)
         return AdmissionResult(
             "unavailable",
             None,
@@ -140,7 +141,7 @@ class AdmissionClient:
         self, origin: Origin, binding: Binding, response: Response, attempts: list[Attempt]
     ) -> AdmissionResult:
         if response.status == 200:
-            permit, problem = self._permit_of(response, invocation_document(binding))
+            permit, problem = self._permit_of(response, invocation_document(binding.invocation))
             if permit is not None:
                 attempts.append(Attempt(origin.url, "granted"))
                 return AdmissionResult("granted", permit, "permit granted", tuple(attempts))
@@ -191,13 +192,3 @@ def _error_code(response: Response) -> str:
     except (UnicodeDecodeError, ValueError, KeyError, TypeError):
         return "no error code"
     return str(code)[:64]
-
-
-def invocation_document(binding: Binding) -> dict[str, Any]:
-    """The invocation as the wire protocol writes it (a permit repeats it)."""
-    return {
-        "namespace": binding.namespace,
-        "schedule_id": binding.schedule_id,
-        "occurrence_id": binding.occurrence_id,
-        "attempt": binding.attempt,
-    }

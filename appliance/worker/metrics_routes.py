@@ -13,9 +13,9 @@ from typing import Final
 import falcon
 from prometheus_client import CollectorRegistry
 
-from appliance.config.credentials import Secret
 from appliance.http import create_app
 from appliance.metrics.exposition import METRICS_PATH, MetricsResource
+from appliance.secret import Secret
 
 METRICS_BODY_BYTES_MAX: Final = 1024
 ROLE: Final = "worker"

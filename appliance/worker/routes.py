@@ -15,21 +15,16 @@ from typing import Final
 
 import falcon
 
-from appliance.config.credentials import Secret
 from appliance.http import ApiError, create_app, read_json_object
+from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION, invocation_of
+from appliance.protocol.v1 import EXECUTIONS_ROUTE as EXECUTIONS_PATH
+from appliance.secret import Secret
 from appliance.worker.service import Answer, WorkerService
-from appliance.worker.wire import (
-    PROTOCOL_VERSION,
-    WireError,
-    invocation_of,
-    parse_cancel,
-    parse_exec,
-)
+from appliance.worker.wire import WireError, parse_cancel, parse_exec
+
+__all__ = ["BODY_BYTES_MAX", "CANCEL_PATH", "EXECUTIONS_PATH", "EXEC_PATH", "create_worker_app"]
 
 BODY_BYTES_MAX: Final = 512 * 1024
-EXEC_PATH: Final = "/api/scheduled/v1/exec"
-EXECUTIONS_PATH: Final = "/api/scheduled/v1/executions/{execution_id}"
-CANCEL_PATH: Final = "/api/scheduled/v1/cancel"
 ROLE: Final = "worker"
 
 
@@ -73,10 +68,10 @@ class CancelResource:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         try:
-            binding = parse_cancel(read_json_object(req))
+            request = parse_cancel(read_json_object(req))
         except WireError as error:
             raise _bad_request(error) from None
-        _respond(resp, self._service.cancel(binding))
+        _respond(resp, self._service.cancel(request))
 
 
 def create_worker_app(service: WorkerService, namespace: str, bearer: Secret) -> falcon.App:

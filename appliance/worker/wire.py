@@ -2,10 +2,12 @@
 
 Theory of operation: every body is one JSON object with ``"protocol": 1``; another version is
 refused with ``protocol_version`` before anything else is looked at, and unknown fields anywhere
-are refused (naming the field). The binding is kept twice: parsed (``Binding``, for the checks the
-worker makes) and verbatim (``Binding.document``, the exact JSON object the runner sent), because
-the binding is what the worker stores, repeats to the admission route and compares — the worker
-never re-serializes a binding of its own making.
+are refused (naming the field). The binding is kept twice: parsed (the protocol's ``Binding``,
+for the checks the worker makes) and verbatim (``document``, the exact JSON object the runner
+sent), because the binding is what the worker stores, repeats to the admission route and
+compares — the worker never re-serializes a binding of its own making. The types, the id limit,
+the execution id and the answers are the protocol module's (``appliance/protocol/v1.py``),
+shared with the runner; this module holds only the worker's strict parsing.
 
 The invocation ``(namespace, schedule_id, occurrence_id, attempt)`` is the deduplication key; the
 execution id ``s{schedule_id}-o{occurrence_id}-a{attempt}`` is derived from it, so a runner whose
@@ -16,22 +18,42 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Final
 
 from appliance.config.common import HEAP_MB_MAX, HEAP_MB_MIN, IDENT, TIMEOUT_SECONDS_MAX
 from appliance.config.rfc3339 import rfc3339_rule
 from appliance.core.schema import INVALID, Custom, Field, Integer, Obj, Problems, Text, validate
-from appliance.store.worker_store import Invocation
+from appliance.protocol.v1 import (
+    ID_MAX,
+    PROTOCOL_VERSION,
+    Authority,
+    Binding,
+    Invocation,
+    invocation_of,
+)
+from appliance.protocol.v1 import execution_id as execution_id_of
 
-PROTOCOL_VERSION: Final = 1
-ID_MAX: Final = 2**63 - 1
+__all__ = [
+    "AUTHORITY_RULE",
+    "BINDING_RULE",
+    "CODE_BYTES_MAX",
+    "ID_MAX",
+    "PROTOCOL_VERSION",
+    "Authority",
+    "Binding",
+    "CancelRequest",
+    "ExecRequest",
+    "Invocation",
+    "WireError",
+    "execution_id_of",
+    "invocation_of",
+    "parse_cancel",
+    "parse_exec",
+]
+
 CODE_BYTES_MAX: Final = 64 * 1024  # SPEC §3: a definition's code is at most 64 KiB of UTF-8
 TEXT_BYTES_MAX: Final = 128
 _HEX64: Final = re.compile(r"[0-9a-f]{64}")
-_EXECUTION_ID: Final = re.compile(
-    r"s(0|[1-9][0-9]{0,18})-o(0|[1-9][0-9]{0,18})-a(0|[1-9][0-9]{0,18})"
-)
 
 
 class WireError(Exception):
@@ -44,43 +66,16 @@ class WireError(Exception):
 
 
 @dataclass(frozen=True)
-class Authority:
-    """The execution authority of the grant (SPEC §6)."""
-
-    expires_at: datetime
-    timeout_seconds: int
-    heap_mb: int
-    session: str
-
-
-@dataclass(frozen=True)
-class Binding:
-    namespace: str
-    schedule_id: int
-    schedule_name: str | None
-    occurrence_id: int
-    attempt: int
-    owner: str
-    epoch: int
-    worker_id: str
-    payload_sha256: str
-    due_time: datetime
-    authority: Authority
-    document: dict[str, Any]  # the binding exactly as received (JSON object)
-
-    @property
-    def invocation(self) -> Invocation:
-        return Invocation(self.namespace, self.schedule_id, self.occurrence_id, self.attempt)
-
-    @property
-    def execution_id(self) -> str:
-        return execution_id_of(self.invocation)
-
-
-@dataclass(frozen=True)
 class ExecRequest:
     binding: Binding
+    document: dict[str, Any]  # the binding exactly as received (JSON object)
     code: str
+
+
+@dataclass(frozen=True)
+class CancelRequest:
+    binding: Binding
+    document: dict[str, Any]  # the binding exactly as received (JSON object)
 
 
 def _nullable(rule: Any) -> Custom:
@@ -102,7 +97,6 @@ AUTHORITY_RULE: Final = Obj(
         "heap_mb": Field(Integer(HEAP_MB_MIN, HEAP_MB_MAX)),
         "session": Field(_SESSION_TEXT),
     },
-    build=Authority,
 )
 
 BINDING_RULE: Final = Obj(
@@ -150,29 +144,20 @@ def _parse(rule: Obj, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def _binding(parsed: dict[str, Any], document: dict[str, Any]) -> Binding:
-    return Binding(**parsed, document=document)
+    """The protocol's binding: the parsed values, with the instants as the texts received."""
+    authority = Authority(
+        **{**parsed["authority"], "expires_at": document["authority"]["expires_at"]}
+    )
+    return Binding(**{**parsed, "due_time": document["due_time"], "authority": authority})
 
 
 def parse_exec(body: dict[str, Any]) -> ExecRequest:
     parsed = _parse(EXEC_RULE, body)
-    return ExecRequest(binding=_binding(parsed["binding"], body["binding"]), code=parsed["code"])
+    document = body["binding"]
+    return ExecRequest(_binding(parsed["binding"], document), document, parsed["code"])
 
 
-def parse_cancel(body: dict[str, Any]) -> Binding:
+def parse_cancel(body: dict[str, Any]) -> CancelRequest:
     parsed = _parse(CANCEL_RULE, body)
-    return _binding(parsed["binding"], body["binding"])
-
-
-def execution_id_of(invocation: Invocation) -> str:
-    return f"s{invocation.schedule_id}-o{invocation.occurrence_id}-a{invocation.attempt}"
-
-
-def invocation_of(execution_id: str, namespace: str) -> Invocation | None:
-    """The invocation an execution id names in ``namespace``, or None if it is not one."""
-    match = _EXECUTION_ID.fullmatch(execution_id)
-    if match is None:
-        return None
-    schedule_id, occurrence_id, attempt = (int(group) for group in match.groups())
-    if max(schedule_id, occurrence_id, attempt) > ID_MAX:
-        return None
-    return Invocation(namespace, schedule_id, occurrence_id, attempt)
+    document = body["binding"]
+    return CancelRequest(_binding(parsed["binding"], document), document)

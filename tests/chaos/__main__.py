@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = time.monotonic() + args.minutes * 60
     totals: Counter[str] = Counter()
     runs = occurrences = executions = violations = not_converged = errors = 0
+    unknown_with_permit = unknown_without_permit = 0
     by_state: Counter[str] = Counter()
     seed = args.seed
     while (runs + errors) == 0 or time.monotonic() < deadline:
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
         violations += len(report.violations)
         not_converged += 0 if report.converged else 1
         by_state.update(report.by_state)
+        unknown_with_permit += report.unknown_with_permit
+        unknown_without_permit += report.unknown_without_permit
         seed += 1
     summary = {
         "runs": runs,
@@ -65,6 +68,11 @@ def main(argv: list[str] | None = None) -> int:
         "occurrences": occurrences,
         "by_state": dict(sorted(by_state.items())),
         "executions": executions,
+        "unknown_with_permit": unknown_with_permit,
+        "unknown_without_permit": unknown_without_permit,
+        "unknown_per_100_occurrences": round(100 * by_state["Unknown"] / occurrences, 2)
+        if occurrences
+        else 0.0,
         "not_converged": not_converged,
         "errors": errors,
         "violations": violations,

@@ -30,6 +30,9 @@ Invariants (issue 9 §6), each a :class:`Violation` kind:
                         unknown, or that attempt is later than the record's, or the record's
                         current attempt is still ``Pending``): a permit without a committed
                         claim.
+``unknown_without_permit`` an occurrence is ``Unknown`` although the checkpoint holds no permit
+                        for its attempt: it provably never launched, so the owner must have
+                        fenced it (issue 23) instead of asking a human.
 """
 
 from __future__ import annotations
@@ -149,7 +152,40 @@ def check(evidence: Evidence) -> list[Violation]:
         *_unknown_not_retried(evidence),
         *_checkpoints_identical(evidence),
         *_executions_claimed(evidence),
+        *_unknown_has_permit(evidence),
     ]
+
+
+def unknown_by_permit(state: core.SchedulerState) -> tuple[int, int]:
+    """(Unknown occurrences whose attempt holds a committed permit, those that hold none)."""
+    with_permit = without = 0
+    for record in state.occurrences.values():
+        if record.state is not OccurrenceState.UNKNOWN:
+            continue
+        admission = core.admission_record(state, record.id)
+        if admission is not None and admission.permit_for(record.attempt) is not None:
+            with_permit += 1
+        else:
+            without += 1
+    return with_permit, without
+
+
+def _unknown_has_permit(ev: Evidence) -> list[Violation]:
+    out = []
+    for voter in ev.voters:
+        for record in voter.state.occurrences.values():
+            if record.state is not OccurrenceState.UNKNOWN:
+                continue
+            admission = core.admission_record(voter.state, record.id)
+            if admission is None or admission.permit_for(record.attempt) is None:
+                out.append(
+                    Violation(
+                        "unknown_without_permit",
+                        f"{voter.node_id}: occurrence {record.id} attempt {record.attempt} is "
+                        "Unknown with no committed permit (it should have been fenced)",
+                    )
+                )
+    return out
 
 
 def _executions_claimed(ev: Evidence) -> list[Violation]:

@@ -42,6 +42,7 @@ from tests.chaos.invariants import (
     must_wait,
     read_voter,
     read_worker,
+    unknown_by_permit,
 )
 from tests.chaos.proxy import Fault, Proxy
 from tests.chaos.workload import CREATED, LONG_SCHEDULE_ID, WORKLOAD
@@ -89,6 +90,10 @@ class RunReport:
     # Unknown attempts the worker never submitted (it stopped on an uncertain admission, or the
     # exec request never reached it): pessimistic, as promised, until an operator resolves them.
     unknown_never_ran: int = 0
+    # Unknown occurrences split by the checkpoint's evidence: a committed permit for the attempt
+    # (it may have run) or none (it never could: the checker counts it as a violation).
+    unknown_with_permit: int = 0
+    unknown_without_permit: int = 0
     converged: bool = False  # every occurrence settled and one Raft index, within converge_s
     violations: list[Violation] = field(default_factory=list)
 
@@ -102,6 +107,8 @@ class RunReport:
             "by_state": dict(sorted(self.by_state.items())),
             "executions": self.executions,
             "unknown_never_ran": self.unknown_never_ran,
+            "unknown_with_permit": self.unknown_with_permit,
+            "unknown_without_permit": self.unknown_without_permit,
             "schedules": self.schedules,
             "applied_index": self.applied_index,
             "wall_s": round(self.wall_s, 1),
@@ -281,6 +288,9 @@ class ChaosRun:
             1
             for o in first.state.occurrences.values()
             if o.state.value == "Unknown" and (o.id, o.attempt) not in ran
+        )
+        self.report.unknown_with_permit, self.report.unknown_without_permit = unknown_by_permit(
+            first.state
         )
         self.report.schedules = len(first.state.schedules)
         self.report.applied_index = first.applied_index

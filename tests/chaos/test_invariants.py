@@ -14,20 +14,37 @@ from appliance.core.definition import parse_definition
 from appliance.core.limits import Limits
 from appliance.core.occurrence import Occurrence, TimelineEntry
 from appliance.core.occurrence import OccurrenceState as S
+from appliance.core.runner_parts import AdmissionRecord, Permit, admission_part, admission_to_json
 from appliance.core.state_parts import Schedule
-from tests.chaos.invariants import Evidence, Execution, VoterCheckpoint, check, claims_in_logs
+from tests.chaos.invariants import (
+    Evidence,
+    Execution,
+    VoterCheckpoint,
+    check,
+    claims_in_logs,
+    unknown_by_permit,
+)
 from tests.chaos.workload import WORKLOAD
 
 NS = "ns-chaos"
 
 
-def _state(*records: Occurrence, overlap: str = "Skip", running: int = 16) -> Any:
+def _state(
+    *records: Occurrence, overlap: str = "Skip", running: int = 16, permits: bool = True
+) -> Any:
+    """A checkpoint with ``records``; each Unknown one holds a committed permit unless
+    ``permits`` is false."""
     limits = Limits(running=running)
     state = core.SchedulerState(limits)
     body = {**WORKLOAD[0], "policy": {**WORKLOAD[0]["policy"], "overlap": overlap}}
     state.schedules[1] = Schedule(1, parse_definition(body, limits), True, 0)
     for record in records:
         state.occurrences[record.id] = record
+        if permits and record.state is S.UNKNOWN:
+            permit = Permit(record.attempt, "inc-1", 1, 0)
+            state.extra[admission_part(record.id)] = admission_to_json(
+                AdmissionRecord(permit=permit)
+            )
     return state
 
 
@@ -163,3 +180,19 @@ def test_an_execution_of_an_attempt_the_checkpoint_never_claimed_is_flagged() ->
     assert kinds(_execution(1, 3, "completed")) == ["unclaimed_execution"]
     assert kinds(_execution(2, 1, "completed")) == ["unclaimed_execution"]
     assert kinds(_execution(9, 1, "completed")) == ["unclaimed_execution"]
+
+
+def test_an_unknown_without_a_committed_permit_is_a_violation_and_counted_apart() -> None:
+    records = (_record(1, S.UNKNOWN), _record(2, S.UNKNOWN, 2), _record(3, S.SUCCEEDED))
+    with_permits = _state(*records)
+    assert _kinds(_evidence(with_permits)) == []
+    assert unknown_by_permit(with_permits) == (2, 0)
+    without = _state(*records, permits=False)
+    assert _kinds(_evidence(without)) == ["unknown_without_permit"] * 2
+    assert unknown_by_permit(without) == (0, 2)
+    # A permit for another (earlier) attempt is no permit for the Unknown one.
+    stale = _state(_record(1, S.UNKNOWN, 2), permits=False)
+    stale.extra[admission_part(1)] = admission_to_json(
+        AdmissionRecord(permit=Permit(1, "inc-1", 1, 0))
+    )
+    assert _kinds(_evidence(stale)) == ["unknown_without_permit"]

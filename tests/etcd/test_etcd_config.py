@@ -3,10 +3,12 @@ factory (appliance/replication/etcd_config.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 import pytest
 
+from appliance.config.contract import contract_digest
 from appliance.config.replication import (
     ENDPOINTS_MAX,
     LEASE_TTL_SECONDS_MAX,
@@ -18,9 +20,12 @@ from appliance.config.replication import (
     check_peers,
     contract_entry,
 )
+from appliance.config.runner import RaftTimings
 from appliance.core.schema import CrossCheck, Field, ListOf, Obj, Text, validate
 from appliance.replication.etcd import EtcdReplication
 from appliance.replication.etcd_config import build_etcd_replication, etcd_auth
+from appliance.replication.etcd_member import EtcdMember, shared_contract_digest
+from tests.runner.harness import config as harness_config
 
 ETCD = {"kind": "etcd", "endpoints": ["http://127.0.0.1:2379"], "prefix": "/appliance/prod"}
 
@@ -118,10 +123,13 @@ def test_auth_comes_from_the_named_environment_variable() -> None:
 
 
 def test_the_factory_builds_an_etcd_replication_from_a_runner_config() -> None:
-    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0])
+    raft = RaftTimings(snapshot_entries=123, trailing_entries=45)
+    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0], raft=raft)
     built = build_etcd_replication(cfg, None, None, lambda i, c: None, 7, environ={})
     assert isinstance(built, EtcdReplication)
     assert built.status()["applied_index"] == 7
+    # The raft object's compaction triggers drive the etcd compaction too (docs/etcd.md).
+    assert (built.settings.snapshot_entries, built.settings.trailing_entries) == (123, 45)
     built.gateway.close()
     with pytest.raises(ValueError):
         build_etcd_replication(
@@ -130,9 +138,19 @@ def test_the_factory_builds_an_etcd_replication_from_a_runner_config() -> None:
 
 
 def test_the_member_is_a_drop_in_for_the_raft_member() -> None:
-    from appliance.replication.etcd_member import EtcdMember
-
-    cfg = SimpleNamespace(node_id="n1", replication=parse(ETCD)[0])
-    member = EtcdMember(cfg, None, None, lambda i, c: None, contract_digest="d", applied_index=3)
+    base = dataclasses.replace(harness_config(), replication=parse(ETCD)[0])
+    member = EtcdMember(base, None, None, lambda i, c: None, contract_digest="d", applied_index=3)
     assert member.replication.status()["applied_index"] == 3
     member.replication.gateway.close()
+    # Each instance seals only itself as the voter; the digest stamped on every snapshot must
+    # still be the same for all instances of one appliance, and differ for another contract.
+    digests, sealed = set(), set()
+    for node_id, port in (("n1", 7001), ("n2", 7002)):
+        cfg = dataclasses.replace(base, node_id=node_id, cluster_port=port)
+        assert cfg.voters == {node_id: cfg.own_addr}  # no peers on etcd: only itself
+        digests.add(shared_contract_digest(cfg))
+        sealed.add(contract_digest(cfg))
+    assert len(sealed) == 2  # the sealed digests differ per instance...
+    assert len(digests) == 1  # ...the shared one does not
+    other = dataclasses.replace(base, replication=parse({**ETCD, "prefix": "/other"})[0])
+    assert shared_contract_digest(other) not in digests

@@ -31,7 +31,7 @@ from appliance.runner.management import (
     ThreadedConsumer,
 )
 from appliance.runner.management.wiring import runner_handler
-from appliance.runner.worker_client import ExecResult, ObserveResult
+from appliance.runner.worker_client import ObserveResult
 from tests.management.bodies import CAP_BYTES, escaped_create
 from tests.management.conftest import TOKENS
 from tests.management.mcp_raw import call, headers, rpc
@@ -221,8 +221,8 @@ def test_sdk_client_creates_lists_and_cancels_on_a_real_voter(real: RealVoter) -
 
 def test_sdk_client_acknowledges_unknown_with_the_recovery_credential(real: RealVoter) -> None:
     v = real.voter
-    v.worker.on_exec = lambda b: ExecResult("uncertain", detail="reset")
-    v.worker.on_observe = lambda eid: ObserveResult(None)
+    # Admitted (a permit is committed), then the worker restarted: lost, so Unknown.
+    v.worker.on_observe = lambda eid: ObserveResult("lost")
     v.command(json.dumps({"action": "create", "definition": definition()}))
     v.advance_to(T0 + 60)
     v.wait_state(1, "Unknown")
@@ -370,8 +370,8 @@ def test_management_service_from_config_and_resolved_credentials(with_recovery: 
 
     env = {"A": "adm-1", "C": "clu-1", "W": "wrk-1", "OP": "op-1", "REC": "rec-1"}
     with Voter() as voter:
-        voter.worker.on_exec = lambda b: ExecResult("uncertain", detail="reset")
-        voter.worker.on_observe = lambda eid: ObserveResult(None)
+        # Admitted (a permit is committed), then the worker restarted: lost, so Unknown.
+        voter.worker.on_observe = lambda eid: ObserveResult("lost")
         cfg = replace(
             voter.cfg,
             management=ManagementConfig(

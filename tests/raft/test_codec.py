@@ -147,8 +147,8 @@ def test_another_contract_digest_is_refused_and_names_the_sender() -> None:
         (lambda b: b[:-1], "truncated"),
         (lambda b: b + b"\x00", "trailing"),
         (lambda b: b"XXXX" + b[4:], "magic"),
-        (lambda b: b[:4] + b"\x02" + b[5:], "version"),
-        (lambda b: b[:5] + b"\x09" + b[6:], "kind"),
+        (lambda b: b[:4] + b"\x01" + b[5:], "version"),
+        (lambda b: b[:5] + b"\x0a" + b[6:], "kind"),
     ],
 )
 def test_malformed_bodies_are_refused(mutate, error) -> None:  # type: ignore[no-untyped-def]

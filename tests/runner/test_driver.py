@@ -126,3 +126,25 @@ def test_the_loop_sleeps_while_the_owner_waits_for_a_commit() -> None:
         stalls[0].release.set()
         v.wait_state(1, "Succeeded")
     assert spun <= 3, f"{spun} ticks in 0.3 s while the owner waited for a commit"
+
+
+def test_drain_and_stop_waits_for_a_busy_loop_to_take_the_drain() -> None:
+    voter = Voter()
+    busy = threading.Event()
+    in_turn = threading.Event()
+    handle = voter.runner.owner.handle
+
+    def slow(event: Any, wall_s: float) -> list[Any]:
+        if busy.is_set() and isinstance(event, Tick):
+            busy.clear()
+            in_turn.set()
+            time.sleep(0.5)  # a long turn: the drain item waits in the queue meanwhile
+        return handle(event, wall_s)
+
+    voter.runner.owner.handle = slow  # type: ignore[method-assign]
+    with voter as v:
+        busy.set()
+        v.runner.wake()
+        assert in_turn.wait(10.0)
+        v.runner.drain_and_stop(5.0)  # called while the loop is in the middle of its turn
+        assert v.events("draining"), "the loop stopped without taking the drain"

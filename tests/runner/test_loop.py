@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from appliance.runner.worker_client import CancelResult, ExecResult, ObserveResult
 from tests.runner.harness import T0, Voter, config, definition, wait_until
@@ -72,28 +74,70 @@ def test_a_committed_permit_is_answered_without_waiting_for_the_loop() -> None:
         wait_until(lambda: len(v.events("admission")) >= 2, "the admission logged by the loop")
 
 
-def test_an_ambiguous_dispatch_is_unknown_and_never_dispatched_again() -> None:
+def admit_then_lose_the_answer(v: Voter) -> Callable[[dict[str, Any]], ExecResult]:
+    """The worker obtains its permit (committed), then the exec's answer is lost."""
+
+    def execute(binding: dict[str, Any]) -> ExecResult:
+        status, body = v.runner.admit(binding, v.worker.incarnation)
+        v.worker.admissions.append((status, body))
+        return ExecResult("uncertain", detail="read timeout")
+
+    return execute
+
+
+def test_an_ambiguous_dispatch_without_a_permit_is_fenced_and_claimed_again() -> None:
     with Voter() as v:
-        v.worker.on_exec = lambda b: ExecResult("uncertain", detail="ambiguous send")
+        first: list[dict[str, Any]] = []
+
+        def execute(binding: dict[str, Any]) -> ExecResult:
+            if binding["attempt"] == 1:
+                first.append(binding)
+                return ExecResult("uncertain", detail="ambiguous send")
+            return v.worker.admit_and_accept(binding)
+
+        v.worker.on_exec = execute
+        create(v)
+        v.advance_to(T0 + 60)
+        record = v.wait_state(1, "Succeeded")
+        assert record.attempt == 2 and record.retries_used == 0  # a fence spends no retry
+        assert [step.reason for step in record.timeline].count("fenced_not_launched") == 1
+        fenced = v.events("dispatch_fenced")
+        assert [(e["attempt"], e["state"]) for e in fenced] == [(1, "Pending")]
+        assert "ambiguous send" in fenced[0]["reason"]
+        status, body = v.runner.admit(first[0], "inc-1")  # the late exec of attempt 1
+        assert status == 403 and body["error"]["code"] == "fenced"
+        assert not v.events("outcome_unknown") and v.state_of(1) != "Unknown"
+
+
+def test_an_ambiguous_dispatch_after_a_committed_permit_is_unknown_and_never_dispatched_again():
+    with Voter(config(timeout_seconds=5)) as v:
+        v.worker.on_exec = admit_then_lose_the_answer(v)
         v.worker.on_observe = lambda eid: ObserveResult(None, detail="404")
         create(v, overlap="Concurrent")
         v.advance_to(T0 + 60)
-        v.wait_state(1, "Unknown")
+        wait_until(lambda: v.worker.count("observe") >= 1, "observation of attempt 1")
+        assert v.state_of(1) == "Running"  # Unknown only once the outcome stays lost
         for minute in range(2, 5):  # later slots run; the Unknown attempt never again
             v.advance_to(T0 + 60 * minute)
-            v.wait_state(minute, "Unknown")
+            v.wait_state(minute - 1, "Unknown")
         assert [b["occurrence_id"] for kind, b in v.worker.calls if kind == "exec"] == [1, 2, 3, 4]
         assert v.record(1).attempt == 1
         assert v.machine.read(lambda st: st.counts().running) == 4  # reservations kept
 
 
 def test_a_later_confirmed_outcome_resolves_unknown_with_the_real_result() -> None:
-    with Voter() as v:
-        v.worker.on_exec = lambda b: ExecResult("uncertain", detail="read timeout")
-        answers = iter([ObserveResult(None, detail="unreachable")] * 3)
-        v.worker.on_observe = lambda eid: next(answers, ObserveResult("completed"))
+    with Voter(config(timeout_seconds=5)) as v:
+        v.worker.on_exec = admit_then_lose_the_answer(v)
+        done = threading.Event()
+        v.worker.on_observe = lambda eid: (
+            ObserveResult("completed") if done.is_set() else ObserveResult(None, detail="gone")
+        )
         create(v)
         v.advance_to(T0 + 60)
+        wait_until(lambda: v.worker.count("observe") >= 1, "observation of attempt 1")
+        v.advance_to(T0 + 60 + 5 + 30 + 1)
+        v.wait_state(1, "Unknown")
+        done.set()
         record = v.wait_state(1, "Succeeded")
         assert [step.reason for step in record.timeline][-2:] == ["unreachable", "completed"]
 
@@ -165,8 +209,11 @@ def test_fenced_before_consume_commits_the_terminal_fence_and_refuses_later_admi
     with Voter() as v:
         held: list[dict] = []  # type: ignore[type-arg]
 
+        answer = threading.Event()
+
         def hold(binding: dict) -> ExecResult:  # type: ignore[type-arg]
             held.append(binding)  # the worker reserved but has not asked for a permit yet
+            answer.wait(10)
             return ExecResult("uncertain", detail="read timeout")
 
         v.worker.on_exec = hold
@@ -174,19 +221,22 @@ def test_fenced_before_consume_commits_the_terminal_fence_and_refuses_later_admi
         v.worker.on_cancel = lambda b: CancelResult("fenced_before_consume")
         create(v)
         v.advance_to(T0 + 60)
-        v.wait_state(1, "Unknown")
+        wait_until(lambda: held, "the exec in flight")
         v.command('{"action":"cancel","occurrence_id":1}')
+        answer.set()  # the lost answer arrives after Cancelling: the cancellation decides
         v.wait_state(1, "Cancelled")
         status, body = v.runner.admit(held[0], "inc-1")
         assert status == 403 and body["error"]["code"] == "fenced"
 
 
 def test_acknowledge_stopped_needs_the_attestation_and_then_abandons_unknown() -> None:
-    with Voter() as v:
-        v.worker.on_exec = lambda b: ExecResult("uncertain", detail="reset")
-        v.worker.on_observe = lambda eid: ObserveResult(None)
+    with Voter(config(timeout_seconds=5)) as v:
+        v.worker.on_exec = admit_then_lose_the_answer(v)
+        v.worker.on_observe = lambda eid: ObserveResult(None, detail="HTTP 404 unknown_execution")
         create(v)
         v.advance_to(T0 + 60)
+        wait_until(lambda: v.worker.count("observe") >= 1, "observation of attempt 1")
+        v.advance_to(T0 + 60 + 5 + 30 + 1)
         v.wait_state(1, "Unknown")
         refused = v.command(
             '{"action":"acknowledge_stopped","occurrence_id":1,'
@@ -198,6 +248,11 @@ def test_acknowledge_stopped_needs_the_attestation_and_then_abandons_unknown() -
         )
         assert done["state"] == "Abandoned"
         assert v.machine.read(lambda st: st.counts().running) == 0
+        evidence = done["evidence"]  # what the attestation was made over
+        assert evidence["permit_committed"] is True and evidence["attempt"] == 1
+        assert "permit committed" in evidence["unknown_reason"]
+        assert "no outcome observed" in evidence["unknown_reason"]
+        assert "unknown_execution" in evidence["unknown_reason"]
 
 
 def test_a_clock_step_backwards_never_rearms_a_slot() -> None:
@@ -354,9 +409,12 @@ def test_a_folded_claim_whose_commit_answer_was_lost_is_adopted_and_dispatched_o
 def test_takeover_reobserves_admitted_work_and_reclaims_fenced_attempts() -> None:
     with Voter() as v:
         finished = threading.Event()
+        stuck = threading.Event()
 
         def execute(binding: dict) -> ExecResult:  # type: ignore[type-arg]
             if binding["occurrence_id"] == 2 and binding["attempt"] == 1:
+                stuck.set()  # no answer before the takeover; no permit asked
+                finished.wait(10)
                 return ExecResult("uncertain", detail="reset before any permit was asked")
             return v.worker.admit_and_accept(binding)
 
@@ -368,7 +426,7 @@ def test_takeover_reobserves_admitted_work_and_reclaims_fenced_attempts() -> Non
         v.advance_to(T0 + 60)
         wait_until(lambda: v.worker.admissions, "occurrence 1 admitted")
         v.advance_to(T0 + 120)
-        v.wait_state(2, "Unknown")
+        assert stuck.wait(10)
 
         v.restart()  # a new term: AcquireOwnership with epoch 2 and the takeover
         acquired = v.events("ownership_acquired")[-1]
@@ -395,8 +453,8 @@ def test_a_late_result_of_an_earlier_attempt_never_strands_the_attempt_that_repl
         release_first_observe = threading.Event()
 
         def execute(binding: dict) -> ExecResult:  # type: ignore[type-arg]
-            if binding["attempt"] == 1:
-                return ExecResult("uncertain", detail="reset before any permit was asked")
+            if binding["attempt"] == 1:  # a broken worker: "accepted" without any permit
+                return ExecResult("accepted", "s1-o1-a1")
             return v.worker.admit_and_accept(binding)
 
         def observe(eid: str) -> ObserveResult:
@@ -410,7 +468,6 @@ def test_a_late_result_of_an_earlier_attempt_never_strands_the_attempt_that_repl
         v.worker.on_observe = observe
         create(v, overlap="Concurrent")
         v.advance_to(T0 + 60)
-        v.wait_state(1, "Unknown")
         assert first_observe_started.wait(10)  # attempt 1's observation is now in flight
 
         term = v.runner.term + 1  # the same voter leads again, in a new term

@@ -10,10 +10,14 @@ from typing import Any
 
 import pytest
 
+from appliance.core.admission import Admit
+from appliance.core.binding import binding_from_json
+from appliance.runner.applied import Accepted
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import OperatorCommand
 from appliance.runner.owner import Owner
 from appliance.runner.owner_events import (
+    AdmissionRequest,
     BarrierDone,
     DispatchRequest,
     ExecAnswered,
@@ -73,6 +77,7 @@ class Bench:
         self.index = 0
         self.pending: list[Any] = []  # effects not yet answered
         self.logs: list[LogRecord] = []
+        self.committed: list[Any] = []  # every command committed, in order
 
     def feed(self, event: Any) -> list[Any]:
         out = self.owner.handle(event, self.wall_s)
@@ -89,6 +94,7 @@ class Bench:
 
     def commit(self, propose: Propose) -> list[Any]:
         self.index += 1
+        self.committed.append(propose.command)
         result = self.machine.apply(self.index, encode_command(propose.command))
         return self.feed(ProposalDone(propose.token, result))
 
@@ -144,27 +150,160 @@ def test_a_serial_decision_holds_other_events_until_its_answer_arrives() -> None
     assert replies[0].value["id"] == 1 and len(replies[1].value["schedules"]) == 1
 
 
-def test_an_uncertain_dispatch_is_unknown_and_only_observed_afterwards() -> None:
-    bench = Bench()
+def dispatched(bench: Bench) -> DispatchRequest:
+    """Create a schedule and let its first slot be claimed; the dispatch effect."""
     bench.acquire()
     bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": definition()})))
     bench.settle()
     bench.wall_s = T0 + 60
     bench.feed(Tick())
     bench.settle()  # the folded observation and claim
-    dispatch = bench.take(DispatchRequest)
+    dispatch: DispatchRequest = bench.take(DispatchRequest)
     assert dispatch.binding["occurrence_id"] == 1
+    return dispatch
+
+
+def admit(bench: Bench, binding: Any) -> None:
+    """The worker asks for its permit and the Admit commits."""
+    bench.feed(AdmissionRequest(99, binding, "inc-1"))
+    bench.settle()
+
+
+def occurrence(bench: Bench) -> Any:
+    return bench.machine.read(lambda st: st.occurrences[1])
+
+
+def proposed_kinds(bench: Bench) -> list[str]:
+    return [type(e.command).__name__ for e in bench.pending if isinstance(e, Propose)]
+
+
+def test_an_uncertain_dispatch_without_a_permit_is_fenced_and_claimed_again() -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="ambiguous send")))
+    assert proposed_kinds(bench) == ["FenceDispatch"]
+    bench.settle()
+    record = occurrence(bench)
+    assert (record.state.value, record.attempt, record.retries_used) == ("Pending", 2, 0)
+    (fenced,) = bench.events("dispatch_fenced")
+    assert fenced["state"] == "Pending" and "ambiguous send" in fenced["reason"]
+    bench.feed(Tick())
+    bench.settle()  # the fenced occurrence is claimed again, as its next attempt
+    again = bench.take(DispatchRequest)
+    assert again.binding["attempt"] == 2 and again.binding != dispatch.binding
+
+
+def test_an_uncertain_dispatch_after_a_permit_is_observed_then_unknown_never_sent_again() -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    admit(bench, dispatch.binding)
     bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="ambiguous send")))
     bench.settle()
-    assert bench.machine.read(lambda st: st.occurrences[1].state.value) == "Unknown"
-    for _ in range(3):  # polls: observe again, never dispatch again
+    assert occurrence(bench).state.value == "Running"  # observed: Unknown only if it stays lost
+    deadline_s = bench.owner._work[1].deadline_s
+    for i in range(3):  # polls: observe again, never dispatch again
+        if i == 2:
+            bench.wall_s = deadline_s
         timer = bench.take(SetTimer)
         bench.feed(TimerFired(timer.token))
         observe = bench.take(ObserveRequest)
-        bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="404")))
+        bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="HTTP 404")))
         bench.feed(Tick())
         bench.settle()
         assert not any(isinstance(e, DispatchRequest) for e in bench.pending)
+    assert "FenceDispatch" not in [type(c).__name__ for c in bench.committed]
+    record = occurrence(bench)
+    assert record.state.value == "Unknown" and record.attempt == 1
+    (unknown,) = [e for e in bench.events("outcome") if e["state"] == "Unknown"]
+    assert "permit committed" in unknown["reason"] and "HTTP 404" in unknown["reason"]
+
+
+def test_not_dispatched_re_sends_the_same_binding_after_a_timer() -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("not_dispatched", code="pool_full")))
+    assert not proposed_kinds(bench)  # nothing to commit: the attempt stays Running
+    (resend,) = bench.events("dispatch_not_dispatched")
+    timer = bench.take(SetTimer)
+    assert timer.delay_s == resend["delay_s"] > 0
+    bench.feed(TimerFired(timer.token))
+    again = bench.take(DispatchRequest)
+    assert (again.binding, again.code) == (dispatch.binding, dispatch.code)
+    assert occurrence(bench).state.value == "Running" and occurrence(bench).attempt == 1
+
+
+def test_a_fence_refused_because_an_admit_committed_first_logs_the_refusal_and_observes() -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="read timeout")))
+    fence = bench.take(Propose)
+    assert type(fence.command).__name__ == "FenceDispatch"
+    # The worker's Admit reaches the log first (proposed while the fence was on its way).
+    admit_first = Admit(binding_from_json(dispatch.binding), "inc-1", int(bench.wall_s))
+    bench.index += 1
+    assert isinstance(bench.machine.apply(bench.index, encode_command(admit_first)), Accepted)
+    bench.commit(fence)
+    bench.settle()
+    (refused,) = bench.events("dispatch_fenced_refused")  # its own reason, no duplicate field
+    assert "permit exists" in refused["reason"]
+    assert occurrence(bench).state.value == "Running"
+    bench.feed(TimerFired(bench.take(SetTimer).token))
+    assert bench.take(ObserveRequest).execution_id.endswith("-a1")
+
+
+def gated_fence_bench() -> Bench:
+    bench = Bench()
+    bench.owner = Owner(
+        cfg=bench.cfg,
+        state=bench.machine,
+        gate=lambda kind: "not yet: v2 (binary 0.0.9)" if kind == "FenceDispatch" else None,
+    )
+    return bench
+
+
+def test_a_gated_fence_falls_back_to_unknown_naming_the_gate() -> None:
+    bench = gated_fence_bench()
+    dispatch = dispatched(bench)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="ambiguous send")))
+    assert proposed_kinds(bench) == ["MarkUnknown"]  # the fence itself is never proposed
+    bench.settle()
+    record = occurrence(bench)
+    assert record.state.value == "Unknown" and record.attempt == 1
+    (unknown,) = bench.events("outcome")
+    assert "not every voter applies FenceDispatch yet" in unknown["reason"]
+    assert "ambiguous send" in unknown["reason"]
+    assert "not yet: v2 (binary 0.0.9)" in unknown["reason"]
+    # Still observed (a confirmed outcome would win), never dispatched or fenced again.
+    for _ in range(3):
+        bench.feed(TimerFired(bench.take(SetTimer).token))
+        observe = bench.take(ObserveRequest)
+        bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="404")))
+        bench.feed(Tick())
+        assert not proposed_kinds(bench)
+        assert not any(isinstance(e, DispatchRequest) for e in bench.pending)
+
+
+def test_a_gated_fence_at_the_deadline_is_unknown_once_then_observed_slowly() -> None:
+    bench = gated_fence_bench()
+    dispatch = dispatched(bench)
+    # A worker that answers "accepted" but never asked for a permit, then cannot be read.
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
+    bench.wall_s = bench.owner._work[1].deadline_s
+    bench.feed(TimerFired(bench.take(SetTimer).token))
+    observe = bench.take(ObserveRequest)
+    bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="unreachable")))
+    assert proposed_kinds(bench) == ["MarkUnknown"]
+    bench.settle()
+    assert occurrence(bench).state.value == "Unknown"
+    (unknown,) = bench.events("outcome")
+    assert "no permit committed and no answer" in unknown["reason"]
+    assert "not every voter applies FenceDispatch yet" in unknown["reason"]
+    slow = bench.take(SetTimer)
+    assert slow.delay_s == bench.owner.unknown_poll_s  # no loop: the slow Unknown poll
+    bench.feed(TimerFired(slow.token))
+    observe = bench.take(ObserveRequest)
+    bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="unreachable")))
+    assert not proposed_kinds(bench) and len(bench.events("outcome")) == 1
 
 
 def test_a_failed_proposal_of_a_claim_is_adopted_once_it_is_seen_committed() -> None:

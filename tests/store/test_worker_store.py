@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from appliance.engine.text import STORED_JSON_DEPTH_MAX, TooDeep
+from appliance.protocol.v1 import ID_MAX, check_invocation_key
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
 from appliance.store.versions import WORKER_FILE_NAME
 from appliance.store.worker_store import EXECUTION_OUTPUT_BYTES_MAX, Invocation, WorkerStore
@@ -255,9 +256,17 @@ def test_a_damaged_record_found_while_open_raises_store_corrupt(data_dir: Path) 
     "fields",
     [("", 1, 1, 1), ("ns", -1, 1, 1), ("ns", 1, "1", 1), ("ns", 1, 1, True), ("ns", 1, 1, 1.0)],
 )
-def test_an_invocation_key_is_a_namespace_and_three_non_negative_integers(fields: tuple) -> None:
+def test_an_invocation_key_is_a_namespace_and_three_non_negative_integers(
+    fields: tuple, data_dir: Path
+) -> None:
     with pytest.raises(ValueError, match="invocation"):
-        Invocation(*fields)
+        check_invocation_key(Invocation(*fields))
+    with open_worker(data_dir) as store, pytest.raises(ValueError, match="invocation"):
+        store.reserve(Invocation(*fields), BINDING, now_ms=10)
+    check_invocation_key(Invocation("ns", 0, 0, 0))
+    check_invocation_key(Invocation("ns", ID_MAX, ID_MAX, ID_MAX))
+    with pytest.raises(ValueError, match="schedule_id"):
+        check_invocation_key(Invocation("ns", ID_MAX + 1, 0, 0))
     assert Invocation("ns", 0, 0, 0).key() == ("ns", 0, 0, 0)
 
 

@@ -48,8 +48,8 @@ def ask(urls: list[str], occurrence_id: int = 1):
         admission = AdmissionClient(
             tuple(parse_origin(url) for url in urls), Secret(ADMISSION_TOKEN), INCARNATION, client
         )
-        binding = parse_exec(exec_body("1", occurrence_id=occurrence_id)).binding
-        return admission.request_permit(binding)
+        request = parse_exec(exec_body("1", occurrence_id=occurrence_id))
+        return admission.request_permit(request.binding, request.document)
     finally:
         client.close()
 
@@ -75,8 +75,8 @@ def test_the_next_request_starts_at_the_url_that_last_answered_as_the_owner(peer
     try:
 
         def permit(occurrence_id: int) -> list[str]:
-            binding = parse_exec(exec_body("1", occurrence_id=occurrence_id)).binding
-            result = admission.request_permit(binding)
+            request = parse_exec(exec_body("1", occurrence_id=occurrence_id))
+            result = admission.request_permit(request.binding, request.document)
             assert result.kind == "granted"
             return [a.url for a in result.attempts]
 

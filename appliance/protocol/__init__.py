@@ -1,0 +1,1 @@
+"""The runner-worker wire protocol, one home for both ends (docs/protocol.md)."""

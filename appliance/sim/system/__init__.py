@@ -1,0 +1,1 @@
+"""The whole-system deterministic simulator (``python -m appliance.sim.system``): world.py."""

@@ -1,0 +1,92 @@
+"""``python -m appliance.sim.system --seeds N [--start S] [--allow-unknown-without-permit] [--verbose]``.
+
+Runs N consecutive seeds of the whole-system simulator (appliance/sim/system/world.py); every
+failure prints its seed, the rule it broke and the command that replays it. The last line sums
+the runs: occurrences by final state, permits, launches, and ``Unknown`` occurrences with and
+without a committed permit (issue 23). Exit status 1 if any seed failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections import Counter
+
+from appliance.sim.system.world import SystemOptions, run_system_seed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m appliance.sim.system", description=__doc__)
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
+    parser.add_argument("--start", type=int, default=0, help="first seed")
+    parser.add_argument("--safety-ms", type=int, default=SystemOptions.safety_ms)
+    parser.add_argument("--liveness-ms", type=int, default=SystemOptions.liveness_ms)
+    parser.add_argument(
+        "--allow-unknown-without-permit",
+        action="store_true",
+        help="do not fail an Unknown occurrence that has no committed permit (by default it "
+        "fails the seed: the owner fences such attempts, issue 23)",
+    )
+    parser.add_argument("--verbose", action="store_true", help="print one line per seed")
+    parser.add_argument(
+        "--progress", type=int, default=1000, help="print a progress line every this many seeds"
+    )
+    args = parser.parse_args(argv)
+    logging.disable(logging.CRITICAL)  # the components' own logs; the summary says enough
+    options = SystemOptions(
+        safety_ms=args.safety_ms,
+        liveness_ms=args.liveness_ms,
+        strict_unknown=not args.allow_unknown_without_permit,
+    )
+    started = time.monotonic()
+    failures = 0
+    totals: Counter[str] = Counter()
+    for seed in range(args.start, args.start + args.seeds):
+        result = run_system_seed(seed, options)
+        totals.update(result.states)
+        for name in ("occurrences", "permits", "launches", "events", "voter_crashes"):
+            totals[name] += getattr(result, name)
+        for name in ("worker_crashes", "power_losses"):
+            totals[name] += getattr(result, name)
+        totals["unknown_with_permit"] += result.unknown_with_permit
+        totals["unknown_without_permit"] += result.unknown_without_permit
+        if args.verbose:
+            print(
+                f"seed {seed}: {'ok' if result.ok else 'FAIL'} occurrences={result.occurrences} "
+                f"states={result.states} permits={result.permits} launches={result.launches} "
+                f"unknown with/without permit={result.unknown_with_permit}/"
+                f"{result.unknown_without_permit}"
+            )
+        done = seed - args.start + 1
+        if args.progress and done % args.progress == 0 and done < args.seeds:
+            print(
+                f"... {done} seeds, {failures} failed, {time.monotonic() - started:.0f} s",
+                flush=True,
+            )
+        if not result.ok:
+            failures += 1
+            print(f"FAIL seed {seed}: {result.violation}", flush=True)
+            print(
+                f"  reproduce: python -m appliance.sim.system --seeds 1 --start {seed} "
+                f"--safety-ms {args.safety_ms} --liveness-ms {args.liveness_ms}"
+                f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
+                " --verbose"
+            )
+    elapsed_s = time.monotonic() - started
+    print(
+        f"{args.seeds} seeds from {args.start}: {failures} failed in {elapsed_s:.0f} s; "
+        f"totals {dict(sorted(totals.items()))}"
+    )
+    occurrences = max(1, totals["occurrences"])
+    print(
+        f"Unknown per 100 occurrences: {100 * totals.get('Unknown', 0) / occurrences:.1f} "
+        f"(with a committed permit {100 * totals['unknown_with_permit'] / occurrences:.1f}, "
+        f"without {100 * totals['unknown_without_permit'] / occurrences:.1f})"
+    )
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

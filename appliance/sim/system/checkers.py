@@ -1,0 +1,262 @@
+"""The system simulator's checkers: what must hold in every run, whatever the faults.
+
+Theory of operation. The ``Ledger`` keeps the ground truth the parts of the system cannot see
+all at once: the committed log (every index's payload the first time any voter applies it), a
+reference replica that applies exactly that log with the real ``Machine``, every permit the log
+granted, and every launch the engines saw. Each rule is checked where it can first break:
+
+- on every commit: a committed index never changes (state-machine safety); at most one permit
+  per invocation, and only for a claim of the current ownership epoch; no admission at or after
+  the grant's expiry (by the committing owner's clock);
+  an attempt number rises only if the previous attempt held no committed permit (it was fenced:
+  never launched) or its launch ended in an engine-confirmed failure — so an ``Unknown`` with a
+  permit (or a lost outcome) is never retried;
+  ``Cancelled`` only after the engine confirmed the stop, or for an attempt never launched
+  (its fence before consume committed: a launch after that is caught below);
+- on every launch: at most one launch per invocation, only with a permit the log granted to
+  this incarnation, only after the consume is durable on the worker's disk, only before the
+  grant expires by the worker's clock, and never for an attempt the log already moved past or
+  cancelled;
+- at the end (after the liveness phase): every occurrence is terminal, ``Unknown`` or
+  ``Cancelling``; every replica is byte-identical to the reference; every committed schedule is
+  still there. The run also counts ``Unknown`` occurrences with and without a committed permit
+  (issue 23); ``strict_unknown`` fails any without one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from appliance.core import state as core
+from appliance.core.errors import CoreError
+from appliance.core.limits import Limits
+from appliance.runner.machine import Accepted, Machine, decode_command
+from appliance.worker.memory_store import MemoryDisk
+
+if TYPE_CHECKING:
+    from appliance.sim.system.world import SystemResult, SystemSim
+
+END_STATES = frozenset({"Cancelled", "Succeeded", "Failed", "Abandoned", "Unknown", "Cancelling"})
+CONFIRMED_FAILURES = frozenset({"failed", "timed_out"})
+RULE_STALE_EPOCH = "a permit only for a claim of the current ownership epoch"
+RULE_NO_RETRY = (
+    "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
+)
+
+
+class Violation(AssertionError):
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"{rule}: {detail}")
+        self.rule = rule
+        self.detail = detail
+
+
+def execution_id(occurrence: Any, attempt: int) -> str:
+    return f"s{occurrence.schedule_id}-o{occurrence.id}-a{attempt}"
+
+
+class Ledger:
+    def __init__(self, sim: SystemSim, limits: Limits, *, strict_unknown: bool = False) -> None:
+        self.sim = sim
+        self.strict_unknown = strict_unknown
+        self.reference = Machine(None, limits)
+        self.committed: dict[int, bytes] = {}
+        self.permits: dict[tuple[int, int, int], str] = {}  # (schedule, occurrence, attempt)
+        self.launches: dict[str, str] = {}  # execution id -> incarnation
+        self.events: Counter[str] = Counter()
+        self.schedules_seen: dict[int, bytes] = {}
+
+    # -- the committed log --
+
+    def on_commit(self, index: int, payload: bytes) -> None:
+        known = self.committed.get(index)
+        if known is not None:
+            if known != payload:
+                raise Violation("a committed entry never changes", f"index {index} differs")
+            return
+        self.committed[index] = payload
+        state = self.reference.state
+        before = dict(state.occurrences)
+        try:
+            command = decode_command(payload)
+        except CoreError:
+            command = None
+        result = self.reference.apply(index, payload)
+        outcome = "ok" if isinstance(result, Accepted) else type(result.error).__name__
+        self.events[f"{type(command).__name__}:{outcome}"] += 1
+        if not isinstance(result, Accepted):
+            return
+        if isinstance(command, core.Admit) and isinstance(result.value, core.Granted):
+            self._on_permit(command, result.value)
+        for oid, new in state.occurrences.items():
+            old = before.get(oid)
+            if old is not new:
+                self._on_transition(old, new)
+        for sid, schedule in state.schedules.items():
+            self.schedules_seen.setdefault(sid, repr(schedule.definition).encode())
+
+    def _on_permit(self, command: core.Admit, granted: core.Granted) -> None:
+        inv = granted.invocation
+        key = (inv.schedule_id, inv.occurrence_id, inv.attempt)
+        if granted.existing:
+            if self.permits.get(key) != granted.incarnation:
+                raise Violation("same incarnation, same permit", f"{key}")
+            return
+        if key in self.permits:
+            raise Violation("at most one permit per invocation", f"second permit for {key}")
+        ownership = core.current_ownership(self.reference.state)
+        if ownership is None or command.binding.epoch != ownership.epoch:
+            raise Violation(
+                RULE_STALE_EPOCH,
+                f"{key}: claim of epoch {command.binding.epoch}, ownership {ownership}",
+            )
+        if command.at_s >= self.sim.expires_at_s:
+            raise Violation(
+                "no admission after the grant expires",
+                f"{key} admitted at {command.at_s}, grant expires {self.sim.expires_at_s}",
+            )
+        self.permits[key] = granted.incarnation
+
+    def _on_transition(self, old: Any, new: Any) -> None:
+        if old is not None and new.attempt > old.attempt:
+            # Without a committed permit the attempt was fenced: provably never launched (a
+            # launch after that is caught in on_launch). With one, only a failure the engine
+            # confirmed lets the next attempt start.
+            eid = execution_id(old, old.attempt)
+            # An Unknown that a later observation resolved as failed may be retried: what is
+            # checked is the engine's word, not the path the record took.
+            if (old.schedule_id, old.id, old.attempt) in self.permits:
+                status = self.engine_status(eid)
+                if eid not in self.launches or status not in CONFIRMED_FAILURES:
+                    raise Violation(
+                        RULE_NO_RETRY,
+                        f"{eid} ({old.state.value}, permitted, engine says {status}) "
+                        f"became attempt {new.attempt}",
+                    )
+            self.events["retry_after_failure" if eid in self.launches else "retry_after_fence"] += 1
+        if new.state.value == "Cancelled" and (old is None or old.state.value != "Cancelled"):
+            eid = execution_id(new, new.attempt)
+            if eid in self.launches and self.engine_status(eid) != "cancelled":
+                raise Violation(
+                    "Cancelled only after an engine-confirmed stop",
+                    f"{eid} is Cancelled, engine says {self.engine_status(eid)}",
+                )
+            self.events["cancelled_launched" if eid in self.launches else "cancelled_fenced"] += 1
+
+    # -- launches --
+
+    def on_launch(self, eid: str, incarnation: str, disk: MemoryDisk, wall_s: float) -> None:
+        self.events["launch"] += 1
+        if eid in self.launches:
+            raise Violation("at most one launch per invocation", f"{eid} launched again")
+        key = _key_of(eid)
+        if self.permits.get(key) != incarnation:
+            raise Violation(
+                "launch only with this incarnation's committed permit",
+                f"{eid} by {incarnation}, permit {self.permits.get(key)}",
+            )
+        if not _consumed_durably(disk, key, incarnation):
+            raise Violation("launch only after the consume is durable", f"{eid}")
+        if wall_s >= self.sim.expires_at_s:
+            raise Violation("no launch after the grant expires", f"{eid} at {wall_s}")
+        record = self.reference.state.occurrences.get(key[1])
+        if record is not None and (
+            record.attempt > key[2] or record.state.value in ("Cancelled", "Succeeded", "Failed")
+        ):
+            raise Violation(
+                "no launch of a superseded or settled attempt",
+                f"{eid}: the log says attempt {record.attempt} {record.state.value}",
+            )
+        self.launches[eid] = incarnation
+
+    def engine_status(self, eid: str) -> str | None:
+        incarnation = self.launches.get(eid)
+        engine = self.sim.worker.engines.get(incarnation or "")
+        if engine is None:
+            return None
+        status = engine.runs().get(eid)
+        if status == "running" and engine.closed:
+            return "lost"
+        return status
+
+    # -- the liveness phase and the end --
+
+    def schedule_disabled(self) -> bool:
+        schedules = self.reference.state.schedules
+        return bool(schedules) and not any(s.enabled for s in schedules.values())
+
+    def end_states(self) -> frozenset[str]:
+        """Once the grant expired nothing new is claimed (docs/recovery.md): Pending stays."""
+        if self.sim.wall_s() >= self.sim.expires_at_s:
+            return END_STATES | {"Pending"}
+        return END_STATES
+
+    def all_settled(self) -> bool:
+        ends = self.end_states()
+        return all(o.state.value in ends for o in self.reference.state.occurrences.values())
+
+    def cancellable(self) -> list[int]:
+        return sorted(
+            o.id
+            for o in self.reference.state.occurrences.values()
+            if o.state.value in ("Running", "Pending")
+        )
+
+    def describe_unsettled(self) -> str:
+        left = [
+            f"{o.id}:{o.state.value}/a{o.attempt}"
+            for o in self.reference.state.occurrences.values()
+            if o.state.value not in self.end_states()
+        ]
+        return f"disabled={self.schedule_disabled()} unsettled={left[:8]}"
+
+    def final_checks(self, machines: list[Machine]) -> None:
+        reference = self.reference.state.to_json()
+        for machine in machines:
+            if machine.state.to_json() != reference:
+                raise Violation("replicas byte-identical", "a voter's state differs")
+        for sid in self.schedules_seen:
+            if sid not in self.reference.state.schedules:
+                raise Violation("no committed schedule lost", f"schedule {sid} is gone")
+        ends = self.end_states()
+        for record in self.reference.state.occurrences.values():
+            if record.state.value not in ends:
+                raise Violation(
+                    "every occurrence settles",
+                    f"{record.id} ends {record.state.value} attempt {record.attempt}",
+                )
+            key = (record.schedule_id, record.id, record.attempt)
+            if self.strict_unknown and record.state.value == "Unknown" and key not in self.permits:
+                raise Violation(
+                    "no Unknown without a committed permit",
+                    f"{execution_id(record, record.attempt)}",
+                )
+
+    def summarize(self, result: SystemResult) -> None:
+        occurrences = self.reference.state.occurrences.values()
+        result.occurrences = len(self.reference.state.occurrences)
+        result.states = dict(Counter(o.state.value for o in occurrences))
+        result.permits = len(self.permits)
+        result.launches = len(self.launches)
+        result.log_entries = len(self.committed)
+        result.reached = dict(self.events)
+        for record in occurrences:
+            if record.state.value == "Unknown":
+                if (record.schedule_id, record.id, record.attempt) in self.permits:
+                    result.unknown_with_permit += 1
+                else:
+                    result.unknown_without_permit += 1
+
+
+def _key_of(eid: str) -> tuple[int, int, int]:
+    s, o, a = eid.split("-")
+    return int(s[1:]), int(o[1:]), int(a[1:])
+
+
+def _consumed_durably(disk: MemoryDisk, key: tuple[int, int, int], incarnation: str) -> bool:
+    for stored_key, body in disk.synced["invocations"].items():
+        if tuple(stored_key[1:]) == key:
+            consumed = body.get("consumed")
+            return bool(consumed) and consumed.get("incarnation_id") == incarnation
+    return False

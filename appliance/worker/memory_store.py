@@ -1,0 +1,343 @@
+"""The worker store's rules in memory, with a disk that can lose unsynced writes.
+
+Theory of operation. ``MemoryWorkerStore`` keeps every rule of ``WorkerStore``
+(appliance/store/worker_store.py: reserve -> record_permit -> consume at most once, the fence,
+the receipt, execution records that never change once finished, a new incarnation at every
+open) over dictionaries, so the launch core runs the same decisions in the system simulator.
+``tests/store/test_worker_store_contract.py`` runs one suite against both stores.
+
+Durability is modelled as the SQLite store has it: a durable write is "fsynced" — it and every
+earlier write survive; a ``durable=False`` write (the receipt, ``running`` progress) survives a
+process crash (``reopen``) but not a power loss (``reopen(power_loss=True)``) unless a later
+durable write covered it, as the next fsync of the WAL covers every earlier frame.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from appliance.core.canonical import canonical_json
+from appliance.protocol.v1 import Invocation, check_invocation_key
+from appliance.store.errors import WorkerRecordRefused
+from appliance.store.worker_store import (
+    EXECUTION_OUTPUT_BYTES_MAX,
+    EXECUTION_STATUSES,
+    TERMINAL_STATUSES,
+    ExecutionRecord,
+    InvocationRecord,
+    Reserved,
+)
+
+
+@dataclass
+class MemoryDisk:
+    """What survives: the synced image, and the image with the unsynced writes on top."""
+
+    synced: dict[str, Any] = field(default_factory=lambda: _empty_image())
+    current: dict[str, Any] = field(default_factory=lambda: _empty_image())
+
+    def lose_unsynced(self) -> None:
+        self.current = copy.deepcopy(self.synced)
+
+
+def _empty_image() -> dict[str, Any]:
+    return {"invocations": {}, "executions": {}, "incarnations": []}
+
+
+class MemoryWorkerStore:
+    """A worker store on a ``MemoryDisk``; open a new one per incarnation (``open``)."""
+
+    def __init__(self, disk: MemoryDisk, namespace: str, incarnation_id: str) -> None:
+        self._disk = disk
+        self.namespace = namespace
+        self._incarnation_id = incarnation_id
+
+    @property
+    def incarnation_id(self) -> str:
+        return self._incarnation_id
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> MemoryWorkerStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @classmethod
+    def open(
+        cls, disk: MemoryDisk, *, namespace: str, incarnation_id: str, now_ms: int
+    ) -> MemoryWorkerStore:
+        if any(i == incarnation_id for i, _ in disk.current["incarnations"]):
+            raise ValueError(f"incarnation id {incarnation_id!r} was already used")
+        store = cls(disk, namespace, incarnation_id)
+        store._commit(lambda image: image["incarnations"].append((incarnation_id, now_ms)))
+        return store
+
+    # -- transactions --
+
+    def _commit(self, change: Any, durable: bool = True) -> None:
+        change(self._disk.current)
+        if durable:
+            self._disk.synced = copy.deepcopy(self._disk.current)
+
+    @property
+    def _invocations(self) -> dict[tuple[str, int, int, int], dict[str, Any]]:
+        return self._disk.current["invocations"]
+
+    @property
+    def _executions(self) -> dict[str, ExecutionRecord]:
+        return self._disk.current["executions"]
+
+    def incarnations(self) -> list[tuple[str, int]]:
+        return list(self._disk.current["incarnations"])
+
+    def _check_namespace(self, invocation: Invocation) -> None:
+        check_invocation_key(invocation)
+        if invocation.namespace != self.namespace:
+            raise WorkerRecordRefused(
+                "namespace_mismatch",
+                f"invocation namespace {invocation.namespace!r} is not this worker's "
+                f"{self.namespace!r}",
+            )
+
+    def _load(self, invocation: Invocation) -> InvocationRecord | None:
+        body = self._invocations.get(invocation.key())
+        return None if body is None else InvocationRecord(invocation, **copy.deepcopy(body))
+
+    def _save(self, record: InvocationRecord, durable: bool = True) -> None:
+        body = json.loads(canonical_json(record.body()))
+        self._commit(
+            lambda image: image["invocations"].__setitem__(record.invocation.key(), body), durable
+        )
+
+    # -- invocation records --
+
+    def get(self, invocation: Invocation) -> InvocationRecord | None:
+        return self._load(invocation)
+
+    def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
+        self._check_namespace(invocation)
+        canonical_binding = json.loads(canonical_json(binding))
+        existing = self._load(invocation)
+        if existing is not None and existing.binding is not None:
+            if existing.binding != canonical_binding:
+                raise WorkerRecordRefused(
+                    "binding_mismatch",
+                    f"invocation {invocation.key()} is reserved with a different binding",
+                )
+            return Reserved(existing, created=False)
+        base = existing or _empty_record(invocation)
+        record = _replace(
+            base,
+            binding=canonical_binding,
+            reserved_at_ms=now_ms,
+            reserved_by=self._incarnation_id,
+        )
+        self._save(record)
+        return Reserved(record, created=existing is None)
+
+    def record_permit(
+        self, invocation: Invocation, permit: dict[str, Any], *, now_ms: int
+    ) -> InvocationRecord:
+        self._check_namespace(invocation)
+        canonical_permit = json.loads(canonical_json(permit))
+        record = self._require_reserved(invocation)
+        if record.permit is not None:
+            if record.permit != canonical_permit:
+                raise WorkerRecordRefused(
+                    "permit_mismatch",
+                    f"invocation {invocation.key()} already holds a different permit",
+                )
+            return record
+        record = _replace(
+            record,
+            permit=canonical_permit,
+            permit_at_ms=now_ms,
+            permit_incarnation_id=self._incarnation_id,
+        )
+        self._save(record)
+        return record
+
+    def _require_reserved(self, invocation: Invocation) -> InvocationRecord:
+        record = self._load(invocation)
+        if record is None or record.binding is None:
+            raise WorkerRecordRefused(
+                "not_reserved", f"invocation {invocation.key()} is not reserved"
+            )
+        return record
+
+    def consume(self, invocation: Invocation, *, execution_id: str, now_ms: int) -> ExecutionRecord:
+        self._check_namespace(invocation)
+        record = self._require_reserved(invocation)
+        if record.consumed is not None:
+            raise WorkerRecordRefused(
+                "already_consumed",
+                f"invocation {invocation.key()} was already consumed by execution "
+                f"{record.consumed['execution_id']}",
+            )
+        if record.fence is not None:
+            raise WorkerRecordRefused("fenced", f"invocation {invocation.key()} is fenced")
+        if record.permit is None:
+            raise WorkerRecordRefused("no_permit", f"invocation {invocation.key()} has no permit")
+        if record.permit_incarnation_id != self._incarnation_id:
+            raise WorkerRecordRefused(
+                "stale_permit",
+                f"invocation {invocation.key()}: the permit was obtained by incarnation "
+                f"{record.permit_incarnation_id}, not by this one",
+            )
+        if execution_id in self._executions:
+            raise ValueError(f"execution id {execution_id!r} is already used")
+        consumed = {
+            "execution_id": execution_id,
+            "at_ms": now_ms,
+            "incarnation_id": self._incarnation_id,
+        }
+        execution = ExecutionRecord(
+            execution_id=execution_id,
+            invocation=invocation,
+            incarnation_id=self._incarnation_id,
+            status="submitted",
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+            finished_at_ms=None,
+            output=b"",
+            result=None,
+            error=None,
+        )
+        consumed_record = _replace(record, consumed=consumed)
+        body = json.loads(canonical_json(consumed_record.body()))
+
+        def change(image: dict[str, Any]) -> None:  # one transaction: both rows or neither
+            image["invocations"][invocation.key()] = body
+            image["executions"][execution_id] = execution
+
+        self._commit(change)
+        return execution
+
+    def fence(self, invocation: Invocation, *, reason: str, now_ms: int) -> InvocationRecord:
+        self._check_namespace(invocation)
+        record = self._load(invocation) or _empty_record(invocation)
+        if record.fence is not None:
+            return record
+        fence = {
+            "reason": reason,
+            "at_ms": now_ms,
+            "before_consume": record.consumed is None,
+            "incarnation_id": self._incarnation_id,
+        }
+        record = _replace(record, fence=fence)
+        self._save(record)
+        return record
+
+    def record_receipt(
+        self,
+        invocation: Invocation,
+        receipt: dict[str, Any],
+        *,
+        now_ms: int,
+        durable: bool = True,
+    ) -> InvocationRecord:
+        self._check_namespace(invocation)
+        canonical_receipt = json.loads(canonical_json(receipt))
+        record = self._require_reserved(invocation)
+        if record.consumed is None:
+            raise WorkerRecordRefused(
+                "not_consumed", f"invocation {invocation.key()} was never consumed"
+            )
+        if record.receipt is not None:
+            if record.receipt != canonical_receipt:
+                raise WorkerRecordRefused(
+                    "receipt_mismatch",
+                    f"invocation {invocation.key()} already holds a different receipt",
+                )
+            return record
+        record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
+        self._save(record, durable)
+        return record
+
+    # -- execution records --
+
+    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        return self._executions.get(execution_id)
+
+    def update_execution(
+        self,
+        execution_id: str,
+        *,
+        status: str,
+        now_ms: int,
+        output: bytes | None = None,
+        result: Any = None,
+        error: str | None = None,
+        durable: bool = True,
+    ) -> ExecutionRecord:
+        if status not in EXECUTION_STATUSES or status == "submitted":
+            raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
+        if not durable and status in TERMINAL_STATUSES:
+            raise ValueError(f"a terminal status ({status}) is always written durably")
+        if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
+            raise ValueError(
+                f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
+            )
+        result = json.loads(canonical_json(result))
+        current = self._executions.get(execution_id)
+        if current is None:
+            raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
+        if current.finished:
+            raise WorkerRecordRefused(
+                "execution_finished",
+                f"execution {execution_id} already finished as {current.status}",
+            )
+        updated = ExecutionRecord(
+            execution_id=execution_id,
+            invocation=current.invocation,
+            incarnation_id=current.incarnation_id,
+            status=status,
+            created_at_ms=current.created_at_ms,
+            updated_at_ms=now_ms,
+            finished_at_ms=now_ms if status in TERMINAL_STATUSES else None,
+            output=current.output if output is None else bytes(output),
+            result=result,
+            error=error,
+        )
+        self._commit(lambda image: image["executions"].__setitem__(execution_id, updated), durable)
+        return updated
+
+    def unfinished_from_previous_incarnations(self) -> list[ExecutionRecord]:
+        return sorted(
+            (
+                e
+                for e in self._executions.values()
+                if e.status in ("submitted", "running") and e.incarnation_id != self._incarnation_id
+            ),
+            key=lambda e: e.execution_id,
+        )
+
+
+def _empty_record(invocation: Invocation) -> InvocationRecord:
+    return InvocationRecord(invocation, None, None, None, None, None, None, None, None, None, None)
+
+
+def _replace(record: InvocationRecord, **changes: Any) -> InvocationRecord:
+    return InvocationRecord(**{"invocation": record.invocation, **record.body(), **changes})
+
+
+class MemoryStores:
+    """Opens memory stores by directory name, as ``WorkerStore.create_or_open`` opens files:
+    each open is a new incarnation on the same disk (the contract suite uses it)."""
+
+    def __init__(self) -> None:
+        self.disks: dict[str, MemoryDisk] = {}
+        self._opened = 0
+
+    def open(self, data_dir: object, *, namespace: str, now_ms: int) -> MemoryWorkerStore:
+        disk = self.disks.setdefault(str(data_dir), MemoryDisk())
+        self._opened += 1
+        return MemoryWorkerStore.open(
+            disk, namespace=namespace, incarnation_id=f"mem-{self._opened}", now_ms=now_ms
+        )

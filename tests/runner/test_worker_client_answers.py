@@ -1,0 +1,88 @@
+"""How the runner's worker client classifies an exec answer (issue 17 item 1).
+
+Only a well-formed protocol-1 ``pool_full`` / ``engine_unavailable`` 503 means *not dispatched*;
+any other answer stays ambiguous. A real loopback HTTP server plays the worker's exec route."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from appliance.config.credentials import Secret
+from appliance.runner.worker_client import WorkerClient
+
+ANSWER: dict[str, tuple[int, bytes]] = {}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        status, body = ANSWER["exec"]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[WorkerClient]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    worker = WorkerClient(f"http://127.0.0.1:{server.server_port}", Secret("t" * 32))
+    try:
+        yield worker
+    finally:
+        worker.close()
+        server.shutdown()
+        server.server_close()
+
+
+def _doc(**fields: object) -> bytes:
+    return json.dumps(fields).encode()
+
+
+def _kind(client: WorkerClient, status: int, body: bytes) -> tuple[str, str | None]:
+    ANSWER["exec"] = (status, body)
+    result = client.execute({"occurrence_id": 1}, "1")
+    return result.kind, result.code
+
+
+@pytest.mark.parametrize("code", ["pool_full", "engine_unavailable"])
+def test_a_well_formed_not_dispatched_answer_is_not_dispatched(client, code) -> None:
+    body = _doc(protocol=1, error={"code": code, "message": "full"})
+    assert _kind(client, 503, body) == ("not_dispatched", code)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (503, _doc(protocol=2, error={"code": "pool_full", "message": "m"})),  # another protocol
+        (503, _doc(error={"code": "pool_full", "message": "m"})),  # no protocol field
+        (503, _doc(protocol=1, error={"code": "pool_full"})),  # no message
+        (503, _doc(protocol=1, error={"code": "pool_full", "message": "m"}, state="reserved")),
+        (503, _doc(protocol=1, error="pool_full")),
+        (503, _doc(protocol=1, error={"code": "admission_uncertain", "message": "m"})),
+        (503, _doc(protocol=1, error={"code": "consume_refused", "message": "m"})),
+        (500, _doc(protocol=1, error={"code": "pool_full", "message": "m"})),
+        (429, _doc(protocol=1, error={"code": "pool_full", "message": "m"})),
+        (503, b"pool_full"),
+    ],
+)
+def test_every_other_answer_stays_ambiguous(client, status, body) -> None:
+    assert _kind(client, status, body)[0] == "uncertain"
+
+
+def test_a_refusal_stays_a_refusal_and_acceptance_stays_accepted(client) -> None:
+    refused = _doc(protocol=1, error={"code": "binding_mismatch", "message": "m"})
+    assert _kind(client, 403, refused) == ("refused", "binding_mismatch")
+    accepted = _doc(protocol=1, execution_id="s1-o1-a1", incarnation="i", state="accepted")
+    assert _kind(client, 202, accepted)[0] == "accepted"
