@@ -41,7 +41,9 @@ from appliance.core.binding import (
     binding_from_json,
     binding_to_json,
     check_binding,
+    check_binding_v2,
     check_incarnation,
+    check_incarnation_v2,
     check_invocation,
     due_time_matches,
     expires_at_s,
@@ -81,7 +83,7 @@ from appliance.core.runner_parts import (
 from appliance.core.serialisation import register_command_type
 from appliance.core.state_errors import InvalidCommand
 from appliance.core.state_model import SchedulerState
-from appliance.core.state_parts import S
+from appliance.core.state_parts import CHARGING_V2, S
 from appliance.core.txn import Txn, _check_instant, on_retire, register
 
 # A new permit only for the exact current attempt in one of these states (see rule 3 above).
@@ -195,6 +197,8 @@ def _current_epoch(txn: Txn) -> int:
 def _claim_occurrence(txn: Txn, cmd: ClaimOccurrence) -> Occurrence:
     _check_instant("at_s", cmd.at_s)
     check_binding(cmd.binding)
+    if txn.rules == CHARGING_V2:
+        check_binding_v2(cmd.binding)  # the bounds the record's reserve was sized by
     b = cmd.binding
     ownership = ownership_of(txn.extra)
     if ownership is None:
@@ -212,6 +216,8 @@ def _claim_occurrence(txn: Txn, cmd: ClaimOccurrence) -> Occurrence:
             raise BindingMismatch(f"binding.{field}: {getattr(b, field)!r}, expected {value!r}")
     record = txn.require_occurrence(cmd.occurrence_id, cmd.attempt)
     schedule = txn.schedule(record.schedule_id)
+    if schedule is None and txn.rules == CHARGING_V2:
+        raise BindingMismatch(f"binding.schedule_id: schedule {record.schedule_id} was deleted")
     if b.schedule_id != record.schedule_id:
         raise BindingMismatch(f"binding.schedule_id: occurrence is of {record.schedule_id}")
     if schedule is not None:
@@ -252,6 +258,8 @@ def _admit(txn: Txn, cmd: Admit) -> Granted:
     _check_instant("at_s", cmd.at_s)
     check_binding(cmd.binding)
     check_incarnation(cmd.incarnation)
+    if txn.rules == CHARGING_V2:
+        check_incarnation_v2(cmd.incarnation)
     b = cmd.binding
     record = txn.occurrence(b.occurrence_id)
     if record is None:

@@ -47,6 +47,16 @@ RFC3339_BYTES_MAX = 64
 NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 TIMEOUT_SECONDS_RANGE = (1, 86_400)
+
+# Charging rules 2 (state.py) bound a claim by what a valid runner config and worker produce, so a
+# live record's reserve can be sized by them: namespace and worker_id are IDENT (config/common.py),
+# the session printable ASCII without spaces (config/runner.py), the expiry ``format_utc`` of the
+# config's instant (``YYYY-MM-DDTHH:MM:SS.ffffffZ`` at most: 27 bytes), and the worker
+# incarnation a worker store's ``uuid4().hex`` (32 hex digits; IDENT-like names up to 32 pass).
+IDENT_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+SESSION_V2 = re.compile(r"[\x21-\x7e]{0,128}")
+INCARNATION_V2 = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,31}")
+EXPIRES_AT_V2_BYTES_MAX = 27
 HEAP_MB_RANGE = (16, 4096)
 
 
@@ -139,6 +149,26 @@ def check_binding(b: Any) -> None:
     _check_text("authority.session", a.session, empty=True)
 
 
+def check_binding_v2(b: Binding) -> None:
+    """The tighter bounds charging rules 2 rely on (after :func:`check_binding`)."""
+    for field, value in (("binding.namespace", b.namespace), ("binding.worker_id", b.worker_id)):
+        if IDENT_V2.fullmatch(value) is None:
+            raise InvalidCommand(
+                f"{field}: must be 1-128 characters of A-Za-z0-9_.- starting with a letter or digit"
+            )
+    if SESSION_V2.fullmatch(b.authority.session) is None:
+        raise InvalidCommand("authority.session: must be at most 128 printable ASCII characters")
+    if len(b.authority.expires_at.encode()) > EXPIRES_AT_V2_BYTES_MAX:
+        raise InvalidCommand(f"authority.expires_at: longer than {EXPIRES_AT_V2_BYTES_MAX} bytes")
+
+
+def check_incarnation_v2(value: str) -> None:
+    if INCARNATION_V2.fullmatch(value) is None:
+        raise InvalidCommand(
+            "incarnation: must be 1-32 characters of A-Za-z0-9_.- starting with a letter or digit"
+        )
+
+
 def first_difference(a: Binding, b: Binding) -> str | None:
     """The first field (``authority.x`` for the nested ones) in which two bindings differ."""
     for name in BINDING_FIELDS:
@@ -213,5 +243,29 @@ def worst_case_binding() -> Binding:
             timeout_seconds=TIMEOUT_SECONDS_RANGE[1],
             heap_mb=HEAP_MB_RANGE[1],
             session=text,
+        ),
+    )
+
+
+def worst_case_binding_v2() -> Binding:
+    """The longest binding rules 2 admit, without a schedule name (the reserve adds the actual
+    name's length: a claim's name is its schedule's)."""
+    ident = "x" * 128
+    return Binding(
+        namespace=ident,
+        schedule_id=INT_MAX,
+        schedule_name=None,
+        occurrence_id=INT_MAX,
+        attempt=INT_MAX,
+        owner="x" * 64,
+        epoch=INT_MAX,
+        worker_id=ident,
+        payload_sha256="f" * 64,
+        due_time=instant_text(INSTANT_MAX_S),
+        authority=Authority(
+            expires_at="x" * EXPIRES_AT_V2_BYTES_MAX,
+            timeout_seconds=TIMEOUT_SECONDS_RANGE[1],
+            heap_mb=HEAP_MB_RANGE[1],
+            session='"' * 128,  # each escapes to two JSON bytes
         ),
     )

@@ -35,6 +35,7 @@ from appliance.core.admission import ClaimOccurrence, _claim_occurrence, claim_b
 from appliance.core.binding import (
     Authority,
     check_binding,
+    check_binding_v2,
     expires_at_s,
 )
 from appliance.core.claims import ClaimBlock, claim_block
@@ -45,7 +46,7 @@ from appliance.core.policy_apply import _observe
 from appliance.core.runner_parts import ownership_of
 from appliance.core.serialisation import command_from_json, command_to_json, register_command_type
 from appliance.core.state_errors import InvalidCommand
-from appliance.core.state_parts import S
+from appliance.core.state_parts import CHARGING_V2, S
 from appliance.core.txn import Txn, register
 
 
@@ -109,6 +110,8 @@ def _claim_now(txn: Txn, cmd: ObserveAndClaim, occurrence_id: int) -> ClaimOccur
     )
     try:
         check_binding(binding)
+        if txn.rules == CHARGING_V2:
+            check_binding_v2(binding)
         if at_s >= expires_at_s(binding.authority.expires_at):
             return f"grant_expired: authority.expires_at ({binding.authority.expires_at})"
     except CoreError as err:  # pure checks: nothing was written

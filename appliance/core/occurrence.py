@@ -356,10 +356,20 @@ def occurrence_from_json(value: dict) -> Occurrence:
     )
 
 
-def _worst_case_record() -> Occurrence:
+def worst_timeline_entry() -> TimelineEntry:
     longest_state = max(OccurrenceState, key=lambda s: len(s.value))
     longest_reason = max((e.value for e in Event), key=len)
-    entry = TimelineEntry(longest_state, INSTANT_MAX_S, INT_MAX, longest_reason)
+    return TimelineEntry(longest_state, INSTANT_MAX_S, INT_MAX, longest_reason)
+
+
+def timeline_entry_bytes(e: TimelineEntry) -> int:
+    """The JSON length of one timeline entry as ``encode_occurrence`` writes it."""
+    return len(f'["{_STATE_NAMES[e.state]}",{e.at_s},{e.attempt},"{e.reason}"]'.encode())
+
+
+def _worst_case_record() -> Occurrence:
+    longest_state = max(OccurrenceState, key=lambda s: len(s.value))
+    entry = worst_timeline_entry()
     return Occurrence(
         id=INT_MAX,
         schedule_id=INT_MAX,

@@ -31,7 +31,6 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import (
     INT_MAX,
     OUTCOME_EVENTS,
-    RECORD_BYTES_MAX,
     Event,
     Occurrence,
     new_occurrence,
@@ -52,7 +51,6 @@ from appliance.core.state_parts import (
     Progress,
     S,
     Schedule,
-    bound_reserve_bytes,
 )
 from appliance.core.txn import Txn, _check_id, _check_instant, register
 
@@ -142,14 +140,14 @@ def _validate_entry(entry: ObservedSchedule, seen: set[int]) -> None:
                 )
 
 
-def _admit_slot(txn: Txn, schedule_id: int, skip_overlap: bool) -> DropReason | None:
-    """Overlap, then capacity: why this slot cannot become an occurrence, or None."""
-    if skip_overlap and txn.nonterminal(schedule_id):
+def _admit_slot(txn: Txn, record: Occurrence, skip_overlap: bool) -> DropReason | None:
+    """Overlap, then capacity: why this slot cannot become ``record``, or None."""
+    if skip_overlap and txn.nonterminal(record.schedule_id):
         return DropReason.OVERLAP
     if txn.outstanding >= txn.limits.outstanding:
         return DropReason.CAPACITY
-    extra_budget = len(_OCCURRENCE_PREFIX) + len(str(txn.next_occurrence_id)) + 4
-    extra_budget += RECORD_BYTES_MAX + bound_reserve_bytes(txn.next_occurrence_id)
+    extra_budget = len(_OCCURRENCE_PREFIX) + len(str(record.id)) + 4
+    extra_budget += txn.new_record_charge(record)  # by the checkpoint's charging rules
     if not txn.make_room(extra_budget, extra_records=1):
         return DropReason.CAPACITY
     return None
@@ -204,17 +202,18 @@ def _observe(txn: Txn, cmd: Observe) -> ObserveReport:
                 continue  # consumed already: a slot is never armed twice
             # A plan made before an update lowered the jitter waits at most the new jitter.
             not_before = min(waits[index], slot + jitter_s) if waits else None
-            reason = _admit_slot(txn, schedule_id, skip_overlap)
+            # A jittered record waits (like a retry) until its instant, unless it has passed.
+            wait_s = not_before if not_before is not None and not_before > at_s else None
+            occurrence_id = txn.next_occurrence_id
+            record = new_occurrence(occurrence_id, schedule_id, slot, at_s, wait_s)
+            reason = _admit_slot(txn, record, skip_overlap)
             if reason is DropReason.OVERLAP:
                 overlap += 1
             elif reason is DropReason.CAPACITY:
                 capacity += 1
             else:
-                occurrence_id = txn.next_occurrence_id
                 txn.next_occurrence_id += 1
-                # A jittered record waits (like a retry) until its instant, unless it has passed.
-                wait_s = not_before if not_before is not None and not_before > at_s else None
-                txn.add_occurrence(new_occurrence(occurrence_id, schedule_id, slot, at_s, wait_s))
+                txn.add_occurrence(record)
                 created.append((schedule_id, occurrence_id, slot))
         totals, recent = progress.dropped, progress.recent
         if missed or overlap or capacity:

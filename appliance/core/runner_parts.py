@@ -12,8 +12,9 @@ takeover through separate keys"). Three part kinds:
   current attempt (its full binding), the permit (which attempt, which worker incarnation, the
   epoch that granted it), the latest terminal fence (definitely not launched), and why the
   attempt became Unknown. It is charged its maximum size, reserved by the record from its
-  creation, so claims, permits and fences always fit under the cap (SPEC §3 headroom rule). It
-  retires with its record.
+  creation, so claims, permits and fences always fit under the cap (SPEC §3 headroom rule): under
+  charging rules 1 the maximum of any record (``ADMISSION_BYTES_MAX``), under rules 2 the maximum
+  for this record (``admission_bytes_fitted``). It retires with its record.
 * ``retired`` (one part): the highest occurrence id retention has retired, so a replayed
   admission for a retired invocation is refused by name.
 
@@ -32,11 +33,21 @@ from appliance.core.binding import (
     Binding,
     binding_from_checkpoint,
     binding_to_json,
+    check_binding_v2,
+    check_incarnation_v2,
     worst_case_binding,
+    worst_case_binding_v2,
 )
 from appliance.core.canonical import canonical_json
-from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX, REASON_BYTES_MAX
-from appliance.core.state_parts import register_bound_part_kind, register_part_kind
+from appliance.core.errors import CoreError
+from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX, REASON_BYTES_MAX, Occurrence
+from appliance.core.state_parts import (
+    CHARGING_PART,
+    Schedule,
+    digits_short,
+    register_bound_part_kind,
+    register_part_kind,
+)
 
 OWNERSHIP_PART = "ownership"
 RETIRED_PART = "retired"
@@ -185,6 +196,57 @@ def _worst_case_admission() -> AdmissionRecord:
 
 ADMISSION_BYTES_MAX = len(canonical_json(admission_to_json(_worst_case_admission())))
 
+# Charging rules 2: the same worst case within the tighter claim bounds (binding.py), with no
+# schedule name and the largest ids; each record's maximum then adds its name and subtracts the
+# digits its own ids fall short of INT_MAX (the claim's ids are the record's, checked at claim).
+_NULL_BYTES = len(b"null")
+ADMISSION_V2_UNNAMED_BYTES = len(
+    canonical_json(
+        admission_to_json(
+            AdmissionRecord(
+                claim=worst_case_binding_v2(),
+                claimed_at_s=INSTANT_MAX_S,
+                permit=Permit(INT_MAX, "x" * 32, INT_MAX, INSTANT_MAX_S),
+                fence=Fence(INT_MAX, INT_MAX, INSTANT_MAX_S, max(FENCE_CAUSES, key=len)),
+                unknown=UnknownNote(INT_MAX, "x" * REASON_BYTES_MAX, INSTANT_MAX_S),
+            )
+        )
+    )
+)
+
+
+def admission_bytes_fitted(record: Occurrence, value: Any, schedule: Schedule | None) -> int:
+    """Rules 2: the most ``admission/<record id>`` can hold. A claim's name is its schedule's (a
+    rule-2 claim needs the schedule); once the schedule is deleted no claim can come, so the
+    committed claim's name (or none) is the only one."""
+    if schedule is not None:
+        name = schedule.definition.name
+    elif value is not None and value["claim"] is not None:
+        name = value["claim"]["binding"]["schedule_name"]
+    else:
+        name = None
+    name_bytes = len(canonical_json(name))
+    return (
+        ADMISSION_V2_UNNAMED_BYTES
+        - _NULL_BYTES
+        + name_bytes
+        - digits_short(record.id)
+        - digits_short(record.schedule_id)
+    )
+
+
+def admission_admits_v2(value: Any) -> str | None:
+    """Why an admission part written under rules 1 exceeds the rule-2 bounds, or None."""
+    record = admission_from_json(value)
+    try:
+        if record.claim is not None:
+            check_binding_v2(record.claim)
+        if record.permit is not None:
+            check_incarnation_v2(record.permit.incarnation)
+    except CoreError as err:
+        return str(err)
+    return None
+
 
 # ---- the retired watermark ---------------------------------------------------------------------
 
@@ -195,6 +257,7 @@ def retired_through(get: Getter) -> int:
 
 
 RETIRED_BYTES_MAX = len(canonical_json({"through": INT_MAX}))
+CHARGING_BYTES_MAX = len(canonical_json({"rules": 2}))
 
 
 def _register() -> None:
@@ -204,7 +267,10 @@ def _register() -> None:
         return  # already registered (module reloaded)
     register_part_kind(OWNERSHIP_PART, lambda value: OWNERSHIP_BYTES_MAX)
     register_part_kind(RETIRED_PART, lambda value: RETIRED_BYTES_MAX)
-    register_bound_part_kind(ADMISSION_KIND, ADMISSION_BYTES_MAX)
+    register_bound_part_kind(
+        ADMISSION_KIND, ADMISSION_BYTES_MAX, admission_bytes_fitted, admission_admits_v2
+    )
+    register_part_kind(CHARGING_PART, lambda value: CHARGING_BYTES_MAX)
 
 
 _register()

@@ -33,7 +33,7 @@ from appliance.core.canonical import canonical_json
 from appliance.core.definition import Definition, OverlapPolicy, definition_to_json
 from appliance.core.errors import CoreError
 from appliance.core.live_code import KEPT_CODES_MAX, keep_current_code, needed_kept
-from appliance.core.occurrence import INT_MAX, RECORD_BYTES_MAX, new_occurrence
+from appliance.core.occurrence import INT_MAX, new_occurrence
 from appliance.core.pause import (
     Skipped,
     _skipped_from_json,
@@ -59,7 +59,6 @@ from appliance.core.state_parts import (
     DropEvent,
     DropReason,
     Progress,
-    bound_reserve_bytes,
     definition_from_checkpoint,
     register_part_kind,
 )
@@ -192,12 +191,16 @@ def _refuse_if_paused(txn: Txn, what: str) -> None:
         raise Paused(f"{what}: scheduling is paused; resume first")
 
 
-def _room_for_one(txn: Txn) -> str | None:
+def _room_for_one(
+    txn: Txn, schedule_id: int, due_s: int, at_s: int, created_by: str
+) -> str | None:
     """Why one more record cannot be created now (``outstanding`` or ``capacity``), or None."""
     if txn.outstanding >= txn.limits.outstanding:
         return "outstanding"
     budget = len("occurrence/") + len(str(txn.next_occurrence_id)) + 4
-    budget += RECORD_BYTES_MAX + bound_reserve_bytes(txn.next_occurrence_id)
+    # Charged by the checkpoint's charging rules, as the record _create adds will be.
+    record = new_occurrence(txn.next_occurrence_id, schedule_id, due_s, at_s, None, created_by)
+    budget += txn.new_record_charge(record)
     if not txn.make_room(budget, extra_records=1):
         return "capacity"
     return None
@@ -273,7 +276,11 @@ def _run_now(txn: Txn, cmd: RunNow) -> RunNowResult:
                 return RunNowResult(schedule_id, occurrence_id, reason, repeated=True)
     _refuse_if_paused(txn, "run_now")
     skip = schedule.definition.policy.overlap is OverlapPolicy.SKIP
-    reason = "overlap" if skip and txn.nonterminal(schedule.id) else _room_for_one(txn)
+    reason = (
+        "overlap"
+        if skip and txn.nonterminal(schedule.id)
+        else _room_for_one(txn, schedule.id, cmd.at_s, cmd.at_s, "run_now")
+    )
     occurrence_id = None
     if reason is None:
         occurrence_id = _create(txn, schedule.id, cmd.at_s, cmd.at_s, "run_now")
@@ -339,7 +346,7 @@ def _backfill(txn: Txn, cmd: Backfill) -> BackfillReport:
         if cmd.overlap == OverlapPolicy.SKIP.value and txn.nonterminal(schedule.id):
             overlap.append(slot)
             continue
-        why = _room_for_one(txn)
+        why = _room_for_one(txn, schedule.id, slot, cmd.at_s, "backfill")
         if why is not None:
             limit = (
                 f"limits.outstanding ({txn.limits.outstanding})"

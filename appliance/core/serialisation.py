@@ -35,6 +35,9 @@ from appliance.core.state_errors import CorruptState, InvalidCommand
 from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import (
     _PART_KINDS,
+    CHARGING_PART,
+    CHARGING_V1,
+    CHARGING_V2,
     PROGRESS_BYTES_MAX,
     SCHEMA_VERSION,
     _occurrence_budget,
@@ -42,6 +45,7 @@ from appliance.core.state_parts import (
     _schedule_budget,
     _schedule_from_json,
     _schedule_json,
+    bound_max_for,
     bound_part_budget,
     bound_part_max,
     bound_part_names,
@@ -98,14 +102,24 @@ def from_json(data: bytes) -> SchedulerState:
         kind, _, key = name.partition("/")
         if bound_part_max(kind) is not None and int(key) not in state.occurrences:
             raise CorruptState(f"checkpoint: part {name!r} is bound to no record")
+    # The same charges the live state computed, by the rules the checkpoint names.
+    rules = CHARGING_V1 if CHARGING_PART not in state.extra else CHARGING_V2
+
+    def bound_max(name: str, record: Any) -> int:
+        schedule = state.schedules.get(record.schedule_id)
+        return bound_max_for(name.partition("/")[0], record, state.extra.get(name), schedule, rules)
+
+    def fitted(kind: str, record: Any) -> int:
+        return bound_max(f"{kind}/{record.id}", record)
+
     for record in state.occurrences.values():
         name = f"occurrence/{record.id}"
         data_part = state._parts[name]
-        budget = _occurrence_budget(len(data_part), record, state.extra.__contains__)
+        budget = _occurrence_budget(len(data_part), record, state.extra.__contains__, rules, fitted)
         state._write_part(name, data_part, budget)
         for bound in bound_part_names(record.id):
             if bound in state._parts:
-                size_max = bound_part_max(bound.partition("/")[0]) or 0
+                size_max = bound_max(bound, record)
                 data_bound = state._parts[bound]
                 charge = bound_part_budget(len(data_bound), size_max, record)
                 state._write_part(bound, data_bound, charge)

@@ -19,11 +19,18 @@ of all parts; each apply reports the parts it touched and deleted, so a store pe
 and the total size is tracked incrementally (``1 + sum(len(name) + 4 + len(part))``).
 
 The 4 MiB cap (SPEC §3) is enforced with a *budget*: every part counts at the largest size it can
-reach without another growth command — a non-terminal record at ``RECORD_BYTES_MAX``, a progress
+reach without another growth command — a non-terminal record at the most it can reach, a progress
 part at ``PROGRESS_BYTES_MAX`` — and only creation and observation may raise the budget, refusing
 beyond ``CHECKPOINT_BYTES_MAX - HEADROOM_BYTES``. Claims, outcomes, cancellations, fences and
 acknowledgements only move a part within its reservation, so they always fit. The headroom is left
-for the runner's own parts (ownership, claims, permits).
+for the runner's own singleton parts (ownership, retired, charging).
+
+"The most a live record can reach" has two committed *charging rules* (``charging.py``): rules 1
+charge every live record ``RECORD_BYTES_MAX`` plus each bound part's maximum; rules 2, once the
+checkpoint's ``charging`` part names them, charge what this record can still reach from its fixed
+fields (ids, due instant, creation entry, its schedule's name) within the claim bounds rules 2
+enforce. The budget is apply semantics (it decides what growth commands create), so the rules
+switch only by a committed, version-gated command, and a reload charges by the rules it names.
 
 Extending (the runner's ownership, claims and permits): a new command is a new frozen dataclass
 plus a function registered with :func:`register`; it works on the same ``Txn`` and inherits the
@@ -34,8 +41,9 @@ with ``Txn.put_extra`` (sized, budgeted, serialized and reloaded like the core's
 Module map: ``state_errors`` (refusals), ``state_parts`` (values, part encodings, budgets, part
 kinds), ``commands`` (the command dataclasses), ``state_model`` (the aggregate), ``txn`` (the
 overlay, ``register``, ``apply``), ``policy_apply`` (the policy commands), ``ownership`` and
-``admission`` (the runner's commands, see docs/runner-core.md), ``serialisation`` (checkpoint and
-command JSON). This module re-exports every public name, so callers import from here.
+``admission`` (the runner's commands, see docs/runner-core.md), ``charging`` (the switch to
+charging rules 2), ``serialisation`` (checkpoint and command JSON). This module re-exports every
+public name, so callers import from here.
 """
 
 from __future__ import annotations
@@ -74,6 +82,7 @@ from appliance.core.binding import (
     invocation_from_json,
     invocation_to_json,
 )
+from appliance.core.charging import AdoptCharging, charging_rules, needs_charging_reader
 from appliance.core.commands import (
     AcknowledgeStopped,
     Applied,
@@ -200,6 +209,7 @@ __all__ = [
     "AdmissionRecord",
     "AdmissionRefused",
     "Admit",
+    "AdoptCharging",
     "AlreadySeeded",
     "AmendLimits",
     "AmendRemote",
@@ -279,6 +289,7 @@ __all__ = [
     "binding_for",
     "binding_from_json",
     "binding_to_json",
+    "charging_rules",
     "code_for",
     "command_from_json",
     "command_kind",
@@ -293,6 +304,7 @@ __all__ = [
     "list_view",
     "needs_amended_reader",
     "needs_cancelling_reader",
+    "needs_charging_reader",
     "needs_commands_reader",
     "on_retire",
     "paused_since",

@@ -30,6 +30,8 @@ from appliance.core.occurrence import (
     RECORD_BYTES_MAX,
     Occurrence,
     OccurrenceState,
+    timeline_entry_bytes,
+    worst_timeline_entry,
 )
 
 SCHEMA_VERSION = 2
@@ -39,6 +41,13 @@ GROWTH_BYTES_MAX = CHECKPOINT_BYTES_MAX - HEADROOM_BYTES
 # The cluster-wide maintenance switch (appliance/core/pause.py registers the kind): while this
 # singleton part exists nothing is selected and nothing is claimed.
 PAUSED_PART = "paused"
+
+# Charging rules (see state.py): 1 charges every live record the maximum of any record; 2 charges
+# it the most it can still reach from its fixed fields. The ``charging`` part names rules 2; a
+# checkpoint without it is charged by rules 1 (every store written before the switch existed).
+CHARGING_PART = "charging"
+CHARGING_V1 = 1
+CHARGING_V2 = 2
 
 S = OccurrenceState
 
@@ -232,25 +241,62 @@ def _schedule_budget(data_bytes: int, schedule: Schedule) -> int:
     return data_bytes + (1 if schedule.enabled else 0)
 
 
+_INT_DIGITS = len(str(INT_MAX))
+_INSTANT_DIGITS = len(str(INSTANT_MAX_S))
+_WORST_ENTRY_BYTES = timeline_entry_bytes(worst_timeline_entry())
+
+
+def digits_short(value: int) -> int:
+    """How many digits ``value`` has fewer than INT_MAX (what its JSON saves on the worst case)."""
+    return _INT_DIGITS - len(str(value))
+
+
+def record_bytes_max(record: Occurrence) -> int:
+    """Rules 2: the largest ``record`` can become. Its id, schedule id, due instant and creation
+    entry (the timeline keeps it forever) are fixed, so it reaches the worst record less what
+    those fall short of the worst case; every other field may still reach its maximum."""
+    short = (
+        digits_short(record.id)
+        + digits_short(record.schedule_id)
+        + _INSTANT_DIGITS
+        - len(str(record.due_s))
+    )
+    if record.timeline:
+        short += _WORST_ENTRY_BYTES - timeline_entry_bytes(record.timeline[0])
+    return RECORD_BYTES_MAX - short
+
+
 def _occurrence_budget(
-    data_bytes: int, record: Occurrence, has_part: Callable[[str], bool] = lambda name: False
+    data_bytes: int,
+    record: Occurrence,
+    has_part: Callable[[str], bool] = lambda name: False,
+    rules: int = CHARGING_V1,
+    fitted: Callable[[str, Occurrence], int] | None = None,
 ) -> int:
     """A terminal record is charged its size; a live one the most it can reach, plus a reserve for
-    each bound part (see :func:`register_bound_part_kind`) it does not hold yet."""
+    each bound part (see :func:`register_bound_part_kind`) it does not hold yet. ``fitted(kind,
+    record)`` gives a bound part's rule-2 maximum for this record."""
     if record.terminal:
         return data_bytes
-    return RECORD_BYTES_MAX + bound_reserve_bytes(record.id, has_part)
+    if rules == CHARGING_V1 or fitted is None:
+        return RECORD_BYTES_MAX + bound_reserve_bytes(record.id, has_part)
+    return record_bytes_max(record) + bound_reserve_bytes(record.id, has_part, record, fitted)
 
 
 def bound_reserve_bytes(
-    occurrence_id: int, has_part: Callable[[str], bool] = lambda name: False
+    occurrence_id: int,
+    has_part: Callable[[str], bool] = lambda name: False,
+    record: Occurrence | None = None,
+    fitted: Callable[[str, Occurrence], int] | None = None,
 ) -> int:
-    """What a live record reserves for the bound parts it does not hold yet."""
+    """What a live record reserves for the bound parts it does not hold yet (rules 1: each
+    kind's maximum; rules 2, with ``record`` and ``fitted``: each kind's maximum for it)."""
     reserve = 0
-    for kind, part_bytes_max in _BOUND_KINDS.items():
+    for kind, (part_bytes_max, _) in _BOUND_KINDS.items():
         name = f"{kind}/{occurrence_id}"
         if not has_part(name):
-            reserve += _frame(name) + part_bytes_max
+            size = part_bytes_max if fitted is None or record is None else fitted(kind, record)
+            reserve += _frame(name) + size
     return reserve
 
 
@@ -270,17 +316,48 @@ def register_part_kind(kind: str, budget_bytes: Callable[[Any], int]) -> None:
 # A live record reserves that room until the part exists, so writing it (a claim, a permit, a
 # fence) moves bytes within the record's charge instead of raising the checkpoint budget: those
 # commands always fit, like the core's own completions.
-_BOUND_KINDS: dict[str, int] = {}
+#
+# ``fitted(record, value, schedule) -> int`` is the kind's rule-2 maximum for one record (its
+# current value, or None while absent; its schedule, or None once deleted): it must bound every
+# value a non-growth command can write under rules 2, and depend on nothing else.
+# ``admits_v2(value)`` says why a part written under rules 1 would break that bound (the switch to
+# rules 2 is then refused), or None.
+Fitted = Callable[[Occurrence, Any, Schedule | None], int]
+AdmitsV2 = Callable[[Any], str | None]
+_BOUND_KINDS: dict[str, tuple[int, Fitted]] = {}
+_ADMITS_V2: dict[str, AdmitsV2] = {}
 
 
-def register_bound_part_kind(kind: str, part_bytes_max: int) -> None:
+def register_bound_part_kind(
+    kind: str,
+    part_bytes_max: int,
+    fitted: Fitted | None = None,
+    admits_v2: AdmitsV2 | None = None,
+) -> None:
     """Allow parts ``<kind>/<occurrence id>`` bound to a record (retire them with ``on_retire``)."""
     register_part_kind(kind, lambda value: part_bytes_max)
-    _BOUND_KINDS[kind] = part_bytes_max
+    _BOUND_KINDS[kind] = (part_bytes_max, fitted or (lambda record, value, sched: part_bytes_max))
+    _ADMITS_V2[kind] = admits_v2 or (lambda value: None)
+
+
+def bound_part_admits_v2(kind: str, value: Any) -> str | None:
+    return _ADMITS_V2[kind](value)
+
+
+def bound_max_for(
+    kind: str, record: Occurrence | None, value: Any, schedule: Schedule | None, rules: int
+) -> int:
+    """The most a ``<kind>/<record id>`` part may hold under ``rules`` (its kind's maximum under
+    rules 1, or while its record is gone)."""
+    part_bytes_max, fitted = _BOUND_KINDS[kind]
+    if rules == CHARGING_V1 or record is None:
+        return part_bytes_max
+    return fitted(record, value, schedule)
 
 
 def bound_part_max(kind: str) -> int | None:
-    return _BOUND_KINDS.get(kind)
+    found = _BOUND_KINDS.get(kind)
+    return None if found is None else found[0]
 
 
 def bound_part_budget(data_bytes: int, part_bytes_max: int, record: Occurrence | None) -> int:

@@ -33,6 +33,9 @@ from appliance.core.state_errors import (
 from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import (
     _PART_KINDS,
+    CHARGING_PART,
+    CHARGING_V1,
+    CHARGING_V2,
     GROWTH_BYTES_MAX,
     HEADROOM_BYTES,
     PROGRESS_BYTES_MAX,
@@ -44,11 +47,13 @@ from appliance.core.state_parts import (
     _occurrence_budget,
     _schedule_budget,
     _schedule_json,
+    bound_max_for,
     bound_part_budget,
     bound_part_max,
     bound_part_names,
     bound_reserve_bytes,
     encode_progress,
+    record_bytes_max,
 )
 
 # ---- the transaction ---------------------------------------------------------------------------
@@ -137,6 +142,50 @@ class Txn:
     def budget_bytes(self) -> int:
         return self.state._budget_bytes + self._budget_delta
 
+    @property
+    def rules(self) -> int:
+        """The charging rules the checkpoint names (see ``state.py``)."""
+        return CHARGING_V1 if self.extra(CHARGING_PART) is None else CHARGING_V2
+
+    # -- charges --
+
+    def _fitted(self, kind: str, record: Occurrence) -> int:
+        return self._bound_max(f"{kind}/{record.id}", record)
+
+    def _bound_max(self, name: str, record: Occurrence | None) -> int:
+        kind = name.partition("/")[0]
+        schedule = None if record is None else self.schedule(record.schedule_id)
+        return bound_max_for(kind, record, self.extra(name), schedule, self.rules)
+
+    def _record_budget(self, data_bytes: int, record: Occurrence) -> int:
+        return _occurrence_budget(data_bytes, record, self.has_part, self.rules, self._fitted)
+
+    def _part_data(self, name: str) -> bytes | None:
+        return self._parts[name][0] if name in self._parts else self.state._parts.get(name)
+
+    def rebudget_live(self, schedule_id: int | None = None) -> None:
+        """Charge every live record (of ``schedule_id``, or all) and its bound parts again: the
+        charging rules changed, or the facts a rule-2 charge reads (its schedule) did."""
+        live = {
+            oid
+            for oid, r in self.state.occurrences.items()
+            if not r.terminal and schedule_id in (None, r.schedule_id)
+        }
+        for oid, r in self._occ.items():
+            if r is None or r.terminal or schedule_id not in (None, r.schedule_id):
+                live.discard(oid)
+            else:
+                live.add(oid)
+        for oid in sorted(live):
+            record = self.occurrence(oid)
+            assert record is not None
+            part = f"occurrence/{oid}"
+            data = self._part_data(part)
+            if data is None:
+                raise CoreError(f"invariant: occurrence {oid} has no part")
+            self._set_part(part, data, self._record_budget(len(data), record))
+            self._rebudget_bound_parts(record)
+
     # -- writes --
 
     def _set_part(self, name: str, data: bytes | None, budget: int) -> None:
@@ -161,10 +210,18 @@ class Txn:
         data = encode_occurrence(record)
         if len(data) > RECORD_BYTES_MAX:
             raise CoreError(f"invariant: occurrence {record.id} exceeds RECORD_BYTES_MAX")
-        budget = _occurrence_budget(len(data), record, self.has_part)
+        budget = self._record_budget(len(data), record)
         self._set_part(f"occurrence/{record.id}", data, budget)
         if old is None or old.terminal != record.terminal:
             self._rebudget_bound_parts(record)
+
+    def new_record_charge(self, record: Occurrence) -> int:
+        """What a new Pending ``record`` (holding no bound part) is charged, frame aside."""
+        if self.rules == CHARGING_V1:
+            return RECORD_BYTES_MAX + bound_reserve_bytes(record.id)
+        return record_bytes_max(record) + bound_reserve_bytes(
+            record.id, record=record, fitted=self._fitted
+        )
 
     def add_occurrence(self, record: Occurrence) -> None:
         """A new Pending record (its id above every id so far): the observation's fast path."""
@@ -179,7 +236,7 @@ class Txn:
         name = f"occurrence/{record.id}"
         data = encode_occurrence(record)
         self._size_delta += len(name) + 4 + len(data)
-        budget = RECORD_BYTES_MAX + bound_reserve_bytes(record.id)
+        budget = self.new_record_charge(record)
         self._budget_delta += len(name) + 4 + budget
         self._parts[name] = (data, budget)
 
@@ -220,14 +277,15 @@ class Txn:
         data = canonical_json(value)
         # By default the kind's registered budget, so a reloaded part is charged the same.
         budget = _PART_KINDS[kind](value) if budget_bytes is None else budget_bytes
-        size_max = bound_part_max(kind)
-        if size_max is not None:
+        self._extra[name] = value
+        if bound_part_max(kind) is not None:
+            record = self.occurrence(int(key))
+            size_max = self._bound_max(name, record)
             if len(data) > size_max:
                 raise CoreError(f"invariant: part {name!r} exceeds its bound size")
-            budget = bound_part_budget(len(data), size_max, self.occurrence(int(key)))
+            budget = bound_part_budget(len(data), size_max, record)
         if budget < len(data):
             raise CoreError(f"invariant: part {name!r} is larger than its budget")
-        self._extra[name] = value
         self._set_part(name, data, budget)
         self._rebudget_owner(name)
 
@@ -242,9 +300,9 @@ class Txn:
     def _rebudget_bound_parts(self, record: Occurrence) -> None:
         """The record turned terminal (or live): its bound parts change their charge."""
         for name in bound_part_names(record.id):
-            data = self._parts[name][0] if name in self._parts else self.state._parts.get(name)
+            data = self._part_data(name)
             if data is not None:
-                size_max = bound_part_max(name.partition("/")[0]) or len(data)
+                size_max = self._bound_max(name, record)
                 self._set_part(name, data, bound_part_budget(len(data), size_max, record))
 
     def _rebudget_owner(self, name: str) -> None:
@@ -259,8 +317,7 @@ class Txn:
             data = self._parts[part][0] if part in self._parts else self.state._parts[part]
             if data is None:
                 raise CoreError(f"invariant: occurrence {record.id} has no part")
-            budget = _occurrence_budget(len(data), record, self.has_part)
-            self._set_part(part, data, budget)
+            self._set_part(part, data, self._record_budget(len(data), record))
 
     def put_schedule(self, schedule: Schedule) -> None:
         if self.schedule(schedule.id) is None:
@@ -281,6 +338,9 @@ class Txn:
         self._prog[schedule_id] = None
         self._set_part(f"schedule/{schedule_id}", None, 0)
         self._set_part(f"progress/{schedule_id}", None, 0)
+        if self.rules == CHARGING_V2 and self.nonterminal(schedule_id) > 0:
+            # Rule-2 charges of its live records read the schedule's name: charge them again.
+            self.rebudget_live(schedule_id)
 
     def make_room(self, extra_budget: int = 0, extra_records: int = 0) -> bool:
         """Retire oldest terminal records until the growth fits; False if it cannot."""

@@ -41,6 +41,7 @@ from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import (
     READER_VERSION_AMENDED,
     READER_VERSION_CANCELLING,
+    READER_VERSION_CHARGING,
     READER_VERSION_COMMANDS,
 )
 
@@ -144,6 +145,10 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
+        # For good once the checkpoint names charging rules 2: an older binary would charge it
+        # by rules 1 and decide growth commands differently (appliance/core/charging.py).
+        if core.needs_charging_reader(self.state):
+            return READER_VERSION_CHARGING
         # Raised only while the checkpoint holds what older binaries cannot read (SPEC §4): the
         # contract amendments part (from the first amendment on, for good), the new commands'
         # parts and fields (appliance/core/features.py), or a Cancelling record.

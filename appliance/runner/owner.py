@@ -146,6 +146,7 @@ class Owner(RequestDecisions):
         self.leader_hint: str | None = None
         self.epoch: int | None = None
         self._acquire_wanted = False
+        self._charging_wanted = False  # propose AdoptCharging(2) once the gate allows
         self._pulse: Pulse | None = None
         self._compiled: dict[int, Any] = {}
         self._compile_cache: dict[tuple[str, str], Any] = {}
@@ -254,6 +255,8 @@ class Owner(RequestDecisions):
     def _tick(self) -> Chain[None]:
         if self.epoch is None and self._acquire_wanted:
             yield from self._acquire()
+        if self.epoch is not None and self._charging_wanted:
+            yield from self._adopt_charging()
         if self.epoch is not None and not self._draining:
             yield from self._schedule()
 
@@ -296,6 +299,7 @@ class Owner(RequestDecisions):
         self._acquire_wanted = False
         self.epoch = acquired.epoch
         self._owner_term = self.term
+        self._charging_wanted = True
         self._emit_log(
             "ownership_acquired",
             epoch=acquired.epoch,
@@ -314,6 +318,27 @@ class Owner(RequestDecisions):
             work = self._work_for_existing(oid, deadline)
             if work is not None:
                 self._send_cancel(work)
+
+    def _adopt_charging(self) -> Chain[None]:
+        """Switch the checkpoint to charging rules 2 (appliance/core/charging.py) once every
+        voter can apply it; while the version gate says no, nothing is proposed and the next
+        tick asks again. A committed refusal is logged and left until the next acquisition."""
+        if self._read(core.charging_rules) == 2:
+            self._charging_wanted = False
+            return
+        command = core.AdoptCharging(2)
+        if self._gated(command) is not None:
+            return
+        try:
+            result = yield from self._propose(command)
+        except (NotOwner, Uncertain) as exc:
+            self._emit_log("charging_retry", reason=str(exc))
+            return
+        self._charging_wanted = False
+        if isinstance(result, Refused):
+            self._emit_log("charging_refused", reason=result.message)
+        else:
+            self._emit_log("charging_adopted", rules=2)
 
     def _commit_ownership(self, at_s: int) -> Chain[ownership.Acquired]:
         """Commit ownership (and, on a new store, the initial schedules); raise on failure."""

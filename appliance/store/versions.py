@@ -14,6 +14,10 @@ binary of reader version 2 or less would read such a log as complete — it woul
 checkpoint it believes the log still covers, and a leader would look for entries that are gone —
 so the first compaction (or snapshot install) raises the store's minimum to 3, in the same
 commit, and it never goes back down (docs/store.md, "Compaction and the reader version").
+
+``READER_VERSION_CHARGING`` (6): the checkpoint names charging rules 2 (the ``charging`` part,
+appliance/core/charging.py). A binary that charges by rules 1 would decide growth commands
+differently from the same log, so the minimum is 6 for good once the switch is committed.
 """
 
 from __future__ import annotations
@@ -39,7 +43,8 @@ KNOWN_SCHEMA_VERSIONS = {
 # Cancelled and the acknowledgement of an unresolved Cancelling. 3: also a compacted log (its
 # first entries live only in the snapshot). 4: also the parts and fields of the operator commands
 # beyond the seeds (pause, run_now request ids, policy.jitter_seconds, an
-# update's kept code and history; appliance/core/features.py says when each is present).
+# update's kept code and history; appliance/core/features.py says when each is present). 6: also
+# the checkpoint budget's charging rules 2 (the ``charging`` part).
 READER_VERSION_BASELINE = 1
 READER_VERSION_CANCELLING = 2
 READER_VERSION_COMPACTED = 3
@@ -48,5 +53,6 @@ READER_VERSION_COMMANDS = 4
 # older binary refuses an unknown checkpoint part, so the runner raises its minimum to 5 from the
 # first committed amendment on (amendments are never removed).
 READER_VERSION_AMENDED = 5
-BINARY_READER_VERSION = READER_VERSION_AMENDED
+READER_VERSION_CHARGING = 6
+BINARY_READER_VERSION = READER_VERSION_CHARGING
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}

@@ -15,7 +15,7 @@ import pytest
 from appliance.core.canonical import canonical_json
 from appliance.store import schema
 from appliance.store.errors import StoreRefused
-from appliance.store.versions import RUNNER_FILE_NAME, WORKER_FILE_NAME
+from appliance.store.versions import BINARY_READER_VERSION, RUNNER_FILE_NAME, WORKER_FILE_NAME
 from tests.store.helpers import (
     CONTRACT,
     fingerprint,
@@ -124,13 +124,17 @@ def test_another_contract_is_refused_naming_the_differing_keys(data_dir: Path, s
 
 def test_a_newer_minimum_reader_is_refused(data_dir: Path, store: Path) -> None:
     # What a newer binary would write: a valid checksum over a reader version we do not have.
+    newer = str(BINARY_READER_VERSION + 1)
     raw_execute(
         store,
-        "UPDATE meta SET value = '6', checksum = ? WHERE key = 'min_reader_version'",
-        (schema.meta_checksum("min_reader_version", "6"),),
+        "UPDATE meta SET value = ?, checksum = ? WHERE key = 'min_reader_version'",
+        (newer, schema.meta_checksum("min_reader_version", newer)),
     )
     message = refused(data_dir)
-    assert "needs reader version 6 but this binary reads up to 5" in message
+    assert (
+        f"needs reader version {newer} but this binary reads up to {BINARY_READER_VERSION}"
+        in message
+    )
     assert "unresolved Cancelling" in message
 
 
