@@ -324,7 +324,8 @@ class SystemSim:
             return {"action": "resume", "catch_up": rng.random() < 0.5}
         if roll < 0.85:
             self.code_versions += 1
-            return {"action": "update", "id": schedule_id, "code": f"{CODE} // v{self.code_versions}"}
+            code = f"{CODE} // v{self.code_versions}"
+            return {"action": "update", "id": schedule_id, "code": code}
         if rng.random() < 0.5:
             return {"action": "disable", "id": schedule_id}
         return {"action": "enable", "id": schedule_id, "catch_up": rng.random() < 0.3}
