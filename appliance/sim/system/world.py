@@ -287,42 +287,44 @@ class SystemSim:
         owners = [v for v in self.voters.values() if v.owner is not None]
         if not owners:
             return
-        document = self._operator_document()
-        if document is None:
-            return
+        candidates = self.ledger.cancellable()
+        if candidates:
+            occurrence = self.rng.choice(candidates)
+            self._send(self.rng.choice(owners), {"action": "cancel", "occurrence_id": occurrence})
+        if self.rng.random() < 0.6:
+            # Mostly to an acquired owner (the operator follows a 409's leader hint).
+            acquired = [v for v in owners if v.owner is not None and v.owner.epoch]
+            target = self.rng.choice(acquired if acquired and self.rng.random() < 0.7 else owners)
+            document = self._operator_document()
+            if document is not None:
+                self._send(target, document)
+
+    def _send(self, voter: Voter, document: dict[str, Any]) -> None:
         self.request_ids += 1
-        command = parse_operator(json.dumps(document))
-        # Mostly to an acquired owner (the operator follows the 409's leader hint), else anywhere.
-        acquired = [v for v in owners if v.owner is not None and v.owner.epoch]
-        if acquired and self.rng.random() < 0.7:
-            owners = acquired
-        self.rng.choice(owners).feed(ev.OperatorRequest(self.request_ids, command))
+        voter.feed(ev.OperatorRequest(self.request_ids, parse_operator(json.dumps(document))))
 
     def _operator_document(self) -> dict[str, Any] | None:
-        """One seeded operator command of the command table (appliance/runner/command_table.py).
-
-        A run_now reuses an earlier request id half the time — an operator repeating an uncertain
-        call, often to the next owner after a takeover; an update changes the code mid-run."""
+        """One seeded command of the command table (appliance/runner/command_table.py) besides
+        cancel. A run_now reuses an earlier request id half the time — an operator repeating an
+        uncertain call, often to the next owner after a takeover; an update changes the code
+        mid-run."""
         rng = self.rng
         roll = rng.random()
         schedule_id = min(self.ledger.reference.state.schedules, default=None)
-        if roll < 0.4 or schedule_id is None:
-            candidates = self.ledger.cancellable()
-            if not candidates:
-                return None
-            return {"action": "cancel", "occurrence_id": rng.choice(candidates)}
-        if roll < 0.6:
+        if schedule_id is None:
+            return None
+        if roll < 0.35:
             if self.run_now_ids and rng.random() < 0.5:
                 request_id = rng.choice(self.run_now_ids)
             else:
                 request_id = f"req-{len(self.run_now_ids) + 1}"
                 self.run_now_ids.append(request_id)
             return {"action": "run_now", "id": schedule_id, "request_id": request_id}
-        if roll < 0.75:
+        if roll < 0.6:
             if rng.random() < 0.5:
                 return {"action": "pause"}
             return {"action": "resume", "catch_up": rng.random() < 0.5}
-        if roll < 0.85:
+        if roll < 0.8:
             self.code_versions += 1
             code = f"{CODE} // v{self.code_versions}"
             return {"action": "update", "id": schedule_id, "code": code}
