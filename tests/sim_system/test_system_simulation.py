@@ -6,7 +6,8 @@ voters and the worker), voter and worker crashes (a worker also right after any 
 and with power losses that drop its unsynced writes), skewed and jumping clocks, an engine that
 completes, fails, hangs and loses work, and an operator who cancels, runs now (repeating a
 request id, also after a takeover), pauses and resumes, updates the code mid-run, disables and
-enables. A failure names its seed; replay it with ``python -m appliance.sim.system --seeds 1 --start SEED --verbose``.
+enables. A failure names its seed; replay it with
+``python -m appliance.sim.system --seeds 1 --start SEED --verbose``.
 
 The long run (10,000 seeds) and its time are in docs/reliability.md.
 """
