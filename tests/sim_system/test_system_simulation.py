@@ -1,11 +1,13 @@
-"""The whole system, simulated over many seeds, and four deliberate bugs the checkers must catch.
+"""The whole system, simulated over many seeds, and deliberate bugs the checkers must catch.
 
 Every seed drives appliance/sim/system/world.py: real RaftNodes, the real apply, real Owners and
 the worker's real launch core, with lost and reordered messages, partitions (also between the
 voters and the worker), voter and worker crashes (a worker also right after any launch step,
 and with power losses that drop its unsynced writes), skewed and jumping clocks, an engine that
-completes, fails, hangs and loses work, and an operator who cancels. A failure names its seed;
-replay it with ``python -m appliance.sim.system --seeds 1 --start SEED --verbose``.
+completes, fails, hangs and loses work, and an operator who cancels, runs now (repeating a
+request id, also after a takeover), pauses and resumes, updates the code mid-run, disables and
+enables. A failure names its seed; replay it with
+``python -m appliance.sim.system --seeds 1 --start SEED --verbose``.
 
 The long run (10,000 seeds) and its time are in docs/reliability.md.
 """
@@ -20,9 +22,11 @@ from collections.abc import Iterator
 import pytest
 
 from appliance.core import admission as core_admission
+from appliance.core import claims as core_claims
+from appliance.core import live_code, policy_apply, txn
 from appliance.core import state as core
-from appliance.core import txn
 from appliance.core.occurrence import Occurrence
+from appliance.core.state_model import payload_digest
 from appliance.runner import dispatch_outcome, ownership
 from appliance.runner import owner as owner_module
 from appliance.runner.worker_answers import CancelResult
@@ -32,6 +36,8 @@ from appliance.worker.memory_store import MemoryWorkerStore
 
 SEEDS = 100  # the bounded slice in the normal suite (about 0.15-0.4 s a seed)
 CHUNK = 20
+MUTATION_SEEDS_PAUSE = 10  # first caught at seed 0
+MUTATION_SEEDS_CODE = 10  # first caught at seed 1
 
 
 @pytest.fixture(autouse=True)
@@ -142,7 +148,7 @@ def test_an_owner_that_redispatches_after_unknown_is_caught(monkeypatch: pytest.
         return core.RecordOutcome(record.id, record.attempt, "failed", now_s, reason=reason)
 
     monkeypatch.setattr(ownership, "mark_unknown_command", failed_instead)
-    caught = _first_failure(40)  # first caught at seed 13
+    caught = _first_failure(40)  # first caught at seed 18
     assert caught is not None
     assert caught.rule == checkers.RULE_NO_RETRY
 
@@ -191,7 +197,9 @@ def test_an_owner_that_reports_cancelled_before_the_engine_confirmed_is_caught(
         return original(self, work, result)
 
     monkeypatch.setattr(owner_module.Owner, "_cancel_done", eager)
-    caught = _first_failure(10)  # first caught at seed 0
+    # First caught at seed 21: the operator also pauses and disables, so fewer cancels meet
+    # running work than when it only cancelled.
+    caught = _first_failure(30)
     assert caught is not None
     assert caught.rule == "Cancelled only after an engine-confirmed stop"
 
@@ -213,3 +221,56 @@ def test_a_worker_that_launches_before_its_consume_is_durable_is_caught(
     caught = _first_failure(10)  # first caught at seed 0
     assert caught is not None
     assert caught.rule == "launch only after the consume is durable"
+
+
+# ---- the operator commands beyond the seeds (issue 22) ---------------------------------------
+
+
+def test_the_operator_commands_reach_their_checkers() -> None:
+    reached: Counter[str] = Counter()
+    for seed in range(15):
+        result = run_system_seed(seed)
+        assert result.ok, result.violation
+        reached.update(result.reached)
+    for needed in [
+        "RunNow:ok",
+        "run_now_repeated",  # a request id sent again
+        "run_now_repeat_after_takeover",  # ... to the owner of a later epoch
+        "Pause:ok",
+        "Resume:ok",
+        "RunNow:Paused",  # run_now refused while paused
+        "UpdateSchedule:ok",  # new code mid-run
+        "EnableSchedule:ok",
+        "DisableSchedule:ok",
+        "claim_checked_digest",
+    ]:
+        assert reached[needed] > 0, needed
+
+
+def test_an_apply_that_ignores_the_pause_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The bug: the observation and the claim no longer see the committed pause.
+    monkeypatch.setattr(policy_apply, "PAUSED_PART", "not-the-pause")
+    monkeypatch.setattr(core_claims, "PAUSED_PART", "not-the-pause")
+    caught = _first_failure(MUTATION_SEEDS_PAUSE)
+    assert caught is not None, f"no seed of {MUTATION_SEEDS_PAUSE} caught it"
+    assert caught.rule == checkers.RULE_PAUSED
+
+
+def test_a_claim_with_the_newest_code_after_an_update_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The bug: a live occurrence is claimed (retried, or re-claimed after a takeover) with the
+    # schedule's newest code instead of the code it was created with (and runs that code).
+    def newest(schedule, occurrence_id):
+        return schedule.definition.code
+
+    monkeypatch.setattr(live_code, "code_for", newest)  # what the owner dispatches
+    monkeypatch.setattr(core_admission, "code_for", newest)  # what it claims with
+    monkeypatch.setattr(
+        core_admission,
+        "digest_for",
+        lambda schedule, oid: payload_digest(schedule.definition.code),
+    )
+    caught = _first_failure(MUTATION_SEEDS_CODE)
+    assert caught is not None, f"no seed of {MUTATION_SEEDS_CODE} caught it"
+    assert caught.rule == checkers.RULE_CREATED_CODE

@@ -13,6 +13,11 @@ granted, and every launch the engines saw. Each rule is checked where it can fir
   permit (or a lost outcome) is never retried;
   ``Cancelled`` only after the engine confirmed the stop, or for an attempt never launched
   (its fence before consume committed: a launch after that is caught below);
+  the operator commands (issue 22): at most one occurrence per ``run_now`` request id, however
+  often (and to whichever owner) it is repeated; between a committed ``Pause`` and the next
+  committed ``Resume`` no commit creates an occurrence and no claim commits; every claim (and
+  every admission) binds the digest of the code its occurrence was created with, not the
+  schedule's newest code after an ``update``;
 - on every launch: at most one launch per invocation, only with a permit the log granted to
   this incarnation, only after the consume is durable on the worker's disk, only before the
   grant expires by the worker's clock, and never for an attempt the log already moved past or
@@ -31,6 +36,9 @@ from typing import TYPE_CHECKING, Any
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
+from appliance.core.pause import Resume
+from appliance.core.runner_parts import admission_of
+from appliance.core.state_model import payload_digest
 from appliance.runner.machine import Accepted, Machine, decode_command
 from appliance.worker.memory_store import MemoryDisk
 
@@ -40,6 +48,9 @@ if TYPE_CHECKING:
 END_STATES = frozenset({"Cancelled", "Succeeded", "Failed", "Abandoned", "Unknown", "Cancelling"})
 CONFIRMED_FAILURES = frozenset({"failed", "timed_out"})
 RULE_STALE_EPOCH = "a permit only for a claim of the current ownership epoch"
+RULE_PAUSED = "nothing selected or claimed while paused"
+RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
+RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -66,6 +77,9 @@ class Ledger:
         self.launches: dict[str, str] = {}  # execution id -> incarnation
         self.events: Counter[str] = Counter()
         self.schedules_seen: dict[int, bytes] = {}
+        self.created_digest: dict[int, str] = {}  # occurrence -> its code's digest at creation
+        self.run_now_created: dict[str, list[int]] = {}  # request id -> occurrences it created
+        self.run_now_epochs: dict[str, int] = {}  # request id -> the epoch of its first commit
 
     # -- the committed log --
 
@@ -78,6 +92,7 @@ class Ledger:
         self.committed[index] = payload
         state = self.reference.state
         before = dict(state.occurrences)
+        paused_before = core.paused_since(state) is not None
         try:
             command = decode_command(payload)
         except CoreError:
@@ -89,12 +104,72 @@ class Ledger:
             return
         if isinstance(command, core.Admit) and isinstance(result.value, core.Granted):
             self._on_permit(command, result.value)
+        state = self.reference.state  # the apply replaced the state
+        created = [oid for oid in state.occurrences if oid not in before]
+        for oid in created:
+            # The code the occurrence is created with: its schedule's definition right now.
+            record = state.occurrences[oid]
+            schedule = state.schedules.get(record.schedule_id)
+            if schedule is not None:
+                self.created_digest[oid] = payload_digest(schedule.definition.code)
+        if isinstance(command, core.Admit):
+            self._check_digest(command.binding.occurrence_id, command.binding.payload_sha256)
+        if isinstance(command, core.RunNow):
+            self._on_run_now(command, created)
         for oid, new in state.occurrences.items():
             old = before.get(oid)
             if old is not new:
                 self._on_transition(old, new)
+                if new.state.value == "Running" and (
+                    old is None or old.state.value != "Running" or old.attempt != new.attempt
+                ):
+                    self._on_claim(new, paused=paused_before and not isinstance(command, Resume))
+        if paused_before and created and not isinstance(command, Resume):
+            raise Violation(
+                RULE_PAUSED,
+                f"{type(command).__name__} created occurrences {created[:4]} while paused",
+            )
         for sid, schedule in state.schedules.items():
             self.schedules_seen.setdefault(sid, repr(schedule.definition).encode())
+
+    def _on_run_now(self, command: core.RunNow, created: list[int]) -> None:
+        if command.request_id is None:
+            return
+        epoch = _epoch(self.reference.state)
+        first = self.run_now_epochs.setdefault(command.request_id, epoch)
+        self.events["run_now"] += 1
+        if first != epoch:
+            self.events["run_now_repeat_after_takeover"] += 1
+        made = self.run_now_created.get(command.request_id)
+        if made is None:
+            made = self.run_now_created[command.request_id] = []
+        else:
+            self.events["run_now_repeated"] += 1
+        made.extend(created)
+        if len(made) > 1:
+            raise Violation(
+                RULE_RUN_NOW_ONCE, f"request {command.request_id} created occurrences {made}"
+            )
+
+    def _on_claim(self, record: Any, *, paused: bool) -> None:
+        if paused:
+            raise Violation(RULE_PAUSED, f"occurrence {record.id} claimed while paused")
+        admission = admission_of(self.reference.state.extra.get, record.id)
+        if admission is not None and admission.claim is not None:
+            self._check_digest(record.id, admission.claim.payload_sha256)
+        self.events["claim_checked_digest"] += 1
+
+    def _check_digest(self, occurrence_id: int, payload_sha256: str) -> None:
+        expected = self.created_digest.get(occurrence_id)
+        if expected is not None and payload_sha256 != expected:
+            raise Violation(
+                RULE_CREATED_CODE,
+                f"occurrence {occurrence_id} bound to {payload_sha256[:12]}, "
+                f"created with {expected[:12]}",
+            )
+
+    def paused(self) -> bool:
+        return core.paused_since(self.reference.state) is not None
 
     def _on_permit(self, command: core.Admit, granted: core.Granted) -> None:
         inv = granted.invocation
@@ -247,6 +322,11 @@ class Ledger:
                     result.unknown_with_permit += 1
                 else:
                     result.unknown_without_permit += 1
+
+
+def _epoch(state: Any) -> int:
+    ownership = core.current_ownership(state)
+    return 0 if ownership is None else ownership.epoch
 
 
 def _key_of(eid: str) -> tuple[int, int, int]:

@@ -21,7 +21,8 @@ choosing every fault:
   with a power loss its unsynced writes are gone: appliance/worker/memory_store.py);
 - clocks: every process reads its own wall clock, skewed and jumping (forwards and back);
 - an engine that completes, fails, hangs and loses work (appliance/sim/system/engine.py);
-- an operator who cancels occurrences.
+- an operator who sends the command table's commands: cancel, run_now (a request id sometimes
+  repeated, also after a takeover), pause/resume, update (new code mid-run), enable/disable.
 
 Time: the event queue counts real milliseconds; the owners see wall seconds scaled by
 ``time_scale`` (as a quickstart's owner does) so that a run covers many cron minutes.
@@ -56,6 +57,7 @@ from appliance.sim.system.config import (
     ADMIT_TIMEOUT_MS,
     BEARER,
     CANCEL_TIMEOUT_MS,
+    CODE,
     CONNECT_FAIL_MS,
     DEFINITION,
     EXEC_TIMEOUT_MS,
@@ -114,6 +116,8 @@ class SystemSim:
         self.operator_replies: dict[int, Any] = {}
         self.worker_blocked: set[str] = set()  # voters cut off from the worker
         self.definition = parse_definition(DEFINITION, LIMITS)
+        self.run_now_ids: list[str] = []
+        self.code_versions = 0
         self._liveness = False
 
     def wall_s(self) -> float:
@@ -264,13 +268,15 @@ class SystemSim:
         self.at(self.rng.randint(1_000, 5_000), self._disable)
 
     def _disable(self) -> None:
-        """The liveness phase stops new slots, so the work can settle."""
-        if self.ledger.schedule_disabled():
+        """The liveness phase resumes scheduling and stops new slots, so the work can settle."""
+        paused = self.ledger.paused()
+        if self.ledger.schedule_disabled() and not paused:
             return
         leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
         if leaders:
             self.request_ids += 1
-            command = parse_operator(json.dumps({"action": "disable", "id": 1}))
+            action = {"action": "resume"} if paused else {"action": "disable", "id": 1}
+            command = parse_operator(json.dumps(action))
             leaders[0].feed(ev.OperatorRequest(self.request_ids, command))
         self.at(2_000, self._disable)
 
@@ -278,14 +284,53 @@ class SystemSim:
         if self._liveness:
             return
         self.at(self.rng.randint(1, OPERATOR_EVERY_MS_MAX), self._operator)
-        candidates = self.ledger.cancellable()
         owners = [v for v in self.voters.values() if v.owner is not None]
-        if not candidates or not owners:
+        if not owners:
             return
+        candidates = self.ledger.cancellable()
+        if candidates:
+            occurrence = self.rng.choice(candidates)
+            self._send(self.rng.choice(owners), {"action": "cancel", "occurrence_id": occurrence})
+        if self.rng.random() < 0.6:
+            # Mostly to an acquired owner (the operator follows a 409's leader hint).
+            acquired = [v for v in owners if v.owner is not None and v.owner.epoch]
+            target = self.rng.choice(acquired if acquired and self.rng.random() < 0.7 else owners)
+            document = self._operator_document()
+            if document is not None:
+                self._send(target, document)
+
+    def _send(self, voter: Voter, document: dict[str, Any]) -> None:
         self.request_ids += 1
-        occurrence = self.rng.choice(candidates)
-        command = parse_operator(json.dumps({"action": "cancel", "occurrence_id": occurrence}))
-        self.rng.choice(owners).feed(ev.OperatorRequest(self.request_ids, command))
+        voter.feed(ev.OperatorRequest(self.request_ids, parse_operator(json.dumps(document))))
+
+    def _operator_document(self) -> dict[str, Any] | None:
+        """One seeded command of the command table (appliance/runner/command_table.py) besides
+        cancel. A run_now reuses an earlier request id half the time — an operator repeating an
+        uncertain call, often to the next owner after a takeover; an update changes the code
+        mid-run."""
+        rng = self.rng
+        roll = rng.random()
+        schedule_id = min(self.ledger.reference.state.schedules, default=None)
+        if schedule_id is None:
+            return None
+        if roll < 0.35:
+            if self.run_now_ids and rng.random() < 0.5:
+                request_id = rng.choice(self.run_now_ids)
+            else:
+                request_id = f"req-{len(self.run_now_ids) + 1}"
+                self.run_now_ids.append(request_id)
+            return {"action": "run_now", "id": schedule_id, "request_id": request_id}
+        if roll < 0.6:
+            if rng.random() < 0.5:
+                return {"action": "pause"}
+            return {"action": "resume", "catch_up": rng.random() < 0.5}
+        if roll < 0.8:
+            self.code_versions += 1
+            code = f"{CODE} // v{self.code_versions}"
+            return {"action": "update", "id": schedule_id, "code": code}
+        if rng.random() < 0.5:
+            return {"action": "disable", "id": schedule_id}
+        return {"action": "enable", "id": schedule_id, "catch_up": rng.random() < 0.3}
 
     # -- the networks --
 
