@@ -42,6 +42,10 @@ class EtcdVoter(Voter):
             worker=self.worker,  # type: ignore[arg-type]
             clock=self.clock,
             log=DecisionLog("v1", self.log_stream),
+            # As the in-process voter: an Unknown is re-observed after 0.2 s, not production's
+            # 10 s, which would race the tests' 10 s waits for the later confirmed outcome.
+            unknown_poll_s=self._unknown_poll_s,
+            gate=self._gate,
         )
         self.worker.runner = self.runner
 
