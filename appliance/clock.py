@@ -13,6 +13,7 @@ budgets never use these clocks: they stay on the monotonic clock, unscaled.
 from __future__ import annotations
 
 import time
+from abc import abstractmethod
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -34,8 +35,9 @@ class RunnerClock(Clock, Protocol):
 
 
 class _FromSeconds:
+    @abstractmethod
     def now_s(self) -> float:
-        raise NotImplementedError
+        """Seconds since the Unix epoch; each clock below provides it."""
 
     def now(self) -> datetime:
         return datetime.fromtimestamp(self.now_s(), UTC)

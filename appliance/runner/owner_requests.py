@@ -10,6 +10,7 @@ is ``list`` (the local, possibly stale, view), ``status`` (after a read barrier)
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,14 +48,17 @@ class RequestDecisions(AttemptDecisions):
     _draining: bool
     _admissions: dict[int, tuple[int, Mapping[str, Any]]]  # proposal token -> (request, binding)
 
+    @abstractmethod
     def _rebuild_pulse(self) -> None:
-        raise NotImplementedError
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
+    @abstractmethod
     def _compiled_for(self, definition: Any) -> Any:
-        raise NotImplementedError
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
+    @abstractmethod
     def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Any:
-        raise NotImplementedError
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
     # ---- admission ---------------------------------------------------------------------------
 

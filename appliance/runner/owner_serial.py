@@ -12,6 +12,7 @@ appliance/runner/owner.py for the contract.
 from __future__ import annotations
 
 import itertools
+from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
@@ -80,11 +81,13 @@ class SerialCore:
         self._timers: dict[int, Callable[[], None]] = {}
         self._dirty = True  # a commit happened: what may be claimed may have changed
 
+    @abstractmethod
     def _handle_now(self, event: Event) -> None:  # the owner's event handling
-        raise NotImplementedError
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
+    @abstractmethod
     def _lose_ownership(self, hint: str | None) -> None:
-        raise NotImplementedError
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
     # ---- serial decisions (continuations keyed by token) --------------------------------------
 
