@@ -57,6 +57,7 @@ class ScriptedServer:
             buffer = b""
             for response in script:
                 if response == b"":
+                    conn.close()  # closed before it is announced: the client may look at once
                     self.closed_idle.set()
                     return
                 while b"\r\n\r\n" not in buffer:
