@@ -7,6 +7,10 @@ received the dispatch asks for a permit (``Admit``) and the permit exists only o
 is committed. Admission is ONE compare-and-set over the checkpoint (SPEC §6), checked in this
 order so each refusal names the rule that failed:
 
+0. an occurrence at or below the retention floor W (``SchedulerState.retained_through``: every
+   id up to it has left the checkpoint) is ``attempt_not_running`` — checked first, before the
+   existing-permit rule, because the worker prunes its records of exactly those invocations
+   (docs/worker.md, "Retention"): nothing at or below W may ever be admitted again;
 1. the invocation already holds a permit: the same binding and the same worker incarnation get
    the *same* permit back (``existing``: the answer to it was lost); a different binding is
    ``binding_mismatch``, another incarnation ``incarnation_mismatch``. Deduplication is by
@@ -261,6 +265,12 @@ def _admit(txn: Txn, cmd: Admit) -> Granted:
     if txn.rules == CHARGING_V2:
         check_incarnation_v2(cmd.incarnation)
     b = cmd.binding
+    floor = txn.state.retained_through()
+    if b.occurrence_id <= floor:  # rule 0: before the existing-permit rule (module doc)
+        raise AttemptNotRunning(
+            f"occurrence {b.occurrence_id}: retired from retention (every occurrence through "
+            f"{floor} left the checkpoint)"
+        )
     record = txn.occurrence(b.occurrence_id)
     if record is None:
         _refuse_missing(txn, b.occurrence_id)

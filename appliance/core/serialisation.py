@@ -131,6 +131,7 @@ def from_json(data: bytes) -> SchedulerState:
         raise CorruptState("checkpoint: an id is above its high-water mark")
     if state.to_json() != data:
         raise CorruptState("checkpoint: does not re-encode to the same bytes")
+    state._reset_floor()
     return state
 
 

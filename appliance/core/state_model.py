@@ -108,6 +108,8 @@ class SchedulerState:
         self.extended_schedules: set[int] = set()
         self.next_schedule_id = 1
         self.next_occurrence_id = 1
+        # Derived (never serialized): every occurrence id below it has left the checkpoint.
+        self._floor_id = 1
         self._parts: dict[str, bytes] = {}
         self._budgets: dict[str, int] = {}
         self._size_bytes = 1
@@ -163,6 +165,28 @@ class SchedulerState:
         """Canonical JSON of the whole state: ``{part name: part value}``."""
         body = b",".join(b'"' + n.encode() + b'":' + self._parts[n] for n in sorted(self._parts))
         return b"{" + body + b"}"
+
+    # -- the retention floor (issue 19: worker retention) --
+
+    def retained_through(self) -> int:
+        """W: the highest occurrence id such that every id at or below it has left this
+        checkpoint (retired, or never created). It is the lowest retained id minus one — not the
+        highest retired id, since an old live record (an ``Unknown`` nobody resolved) can sit
+        below later retired ones and holds W back. Derived from the committed records alone,
+        so every replica computes the same value; it only ever rises (ids are never reused)."""
+        return self._floor_id - 1
+
+    def _advance_floor(self) -> None:
+        """After a commit: step the floor past ids that left. Each id is passed once in the
+        life of the state, so the cost is amortized O(1) per occurrence created."""
+        floor, occurrences, end = self._floor_id, self.occurrences, self.next_occurrence_id
+        while floor < end and floor not in occurrences:
+            floor += 1
+        self._floor_id = floor
+
+    def _reset_floor(self) -> None:
+        """On load: the lowest retained id (no walk from 1 over a long-lived store's ids)."""
+        self._floor_id = min(self.occurrences) if self.occurrences else self.next_occurrence_id
 
     # -- queries --
 

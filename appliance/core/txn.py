@@ -421,6 +421,7 @@ class Txn:
             (deleted if data is None else touched).add(name)
         state.next_schedule_id = self.next_schedule_id
         state.next_occurrence_id = self.next_occurrence_id
+        state._advance_floor()
         state.limits = self.limits
         state._meta_budget = meta_budget
         return Applied(value, frozenset(touched), frozenset(deleted), state._size_bytes)
