@@ -9,7 +9,11 @@ an exec request is made durable before the next one starts, each in ONE transact
 ``consume`` is the single point of no return: it refuses a second consume, a fenced invocation,
 and a permit recorded by an earlier incarnation (the runner's permit names the incarnation that
 asked, SPEC §6). Records are never deleted on restart, so a restart can never turn a consumed
-reservation into permission to replay. A new incarnation id is recorded at every open (previous
+reservation into permission to replay. The one deletion is retention (``prune_through``): only
+invocations at or below the floor W the runner committed (every such occurrence left its
+checkpoint), after W itself is recorded in the same transaction (meta row
+``retained_through``), so the worker can refuse them from then on — docs/worker.md "Retention"
+gives the argument. A new incarnation id is recorded at every open (previous
 ones kept); executions that were unfinished when an earlier incarnation died are listed by
 ``unfinished_from_previous_incarnations`` so that the worker can report them as lost.
 
@@ -39,7 +43,7 @@ import apsw
 
 from appliance.core.canonical import canonical_digest, canonical_json
 from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
-from appliance.protocol.v1 import Invocation, check_invocation_key
+from appliance.protocol.v1 import ID_MAX, Invocation, check_invocation_key
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
@@ -53,6 +57,7 @@ __all__ = [
     "ExecutionRecord",
     "Invocation",
     "InvocationRecord",
+    "Pruned",
     "Reserved",
     "WorkerStore",
 ]
@@ -68,6 +73,19 @@ EXECUTION_STATUSES = (
     "lost",
 )
 TERMINAL_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
+META_RETAINED_THROUGH = "retained_through"  # W: the highest occurrence id pruning may reach
+# A prune looks at up to this many candidates per batch of ``rows_max``: room for the few whose
+# execution is still unfinished (kept until it finishes) without re-reading the whole table.
+PRUNE_LOOKAHEAD_FACTOR = 4
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """One retention batch: invocation records deleted, and whether another batch has work now
+    (False when nothing was deleted, so a caller that loops on it never spins)."""
+
+    deleted: int
+    more: bool
 
 
 @dataclass(frozen=True)
@@ -438,6 +456,79 @@ class WorkerStore(OpenedStore):
             record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
             self._save(record)
             return record
+
+    # ----------------------------------------------------------------- retention
+    def retained_through(self) -> int:
+        """The recorded retention floor W (0 when nothing was ever pruned)."""
+        with self._lock:
+            return self._retained_through()
+
+    def _retained_through(self) -> int:
+        rows = self._db.execute(
+            "SELECT value, checksum FROM meta WHERE key = ?", (META_RETAINED_THROUGH,)
+        ).fetchall()
+        if not rows:
+            return 0
+        value, stored = rows[0]
+        if not isinstance(value, str) or stored != schema.meta_checksum(
+            META_RETAINED_THROUGH, value
+        ):
+            raise StoreCorrupt(
+                f"{self.path}: metadata {META_RETAINED_THROUGH!r} fails its checksum"
+            )
+        return int(value)
+
+    def prune_through(self, retained_through: int, *, rows_max: int) -> Pruned:
+        """Record W = max(recorded, ``retained_through``) and delete up to ``rows_max``
+        invocation records (with their execution records) of occurrences at or below it, in ONE
+        transaction. An invocation whose execution is unfinished is kept until it finishes (its
+        engine report must find its record). No fsync of its own, like ``reclaim`` of the runner
+        store: a crash that loses the transaction loses W and the deletions together (the WAL
+        keeps commit order), and the records it would have deleted are simply still there."""
+        if type(retained_through) is not int or not 0 <= retained_through <= ID_MAX:
+            raise ValueError(f"retained_through must be an integer in [0, {ID_MAX}]")
+        if type(rows_max) is not int or rows_max < 1:
+            raise ValueError(f"rows_max must be a positive integer, got {rows_max!r}")
+        limit = rows_max * PRUNE_LOOKAHEAD_FACTOR
+        with self._lock, self._write(durable=False) as db:
+            floor = max(self._retained_through(), retained_through)
+            schema.write_meta(db, META_RETAINED_THROUGH, str(floor))
+            candidates = db.execute(
+                "SELECT schedule_id, occurrence_id, attempt FROM invocation "
+                "WHERE namespace = ? AND occurrence_id <= ? LIMIT ?",
+                (self.namespace, floor, limit),
+            ).fetchall()
+            deleted = 0
+            for schedule_id, occurrence_id, attempt in candidates:
+                if deleted == rows_max:
+                    break
+                invocation = Invocation(self.namespace, schedule_id, occurrence_id, attempt)
+                record = self._load(invocation)
+                eid = (
+                    None
+                    if record is None or record.consumed is None
+                    else record.consumed.get("execution_id")
+                )
+                if eid is not None:
+                    execution = self._load_execution(str(eid))
+                    if execution is not None and not execution.finished:
+                        continue  # running in this incarnation: pruned once it finishes
+                    db.execute("DELETE FROM execution WHERE execution_id = ?", (str(eid),))
+                db.execute(
+                    "DELETE FROM invocation WHERE namespace = ? AND schedule_id = ? "
+                    "AND occurrence_id = ? AND attempt = ?",
+                    invocation.key(),
+                )
+                deleted += 1
+            more = deleted > 0 and (deleted == rows_max or len(candidates) == limit)
+            return Pruned(deleted, more)
+
+    def counts(self) -> dict[str, int]:
+        """Invocation and execution records held now (for the logs and the benchmark)."""
+        with self._lock:
+            invocations = self._db.execute("SELECT count(*) FROM invocation").fetchall()[0][0]
+            executions = self._db.execute("SELECT count(*) FROM execution").fetchall()[0][0]
+        return {"invocations": int(invocations), "executions": int(executions)}
 
     # ----------------------------------------------------------------- execution records
     def _load_execution(self, execution_id: str) -> ExecutionRecord | None:

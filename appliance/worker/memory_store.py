@@ -20,14 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.core.canonical import canonical_json
-from appliance.protocol.v1 import Invocation, check_invocation_key
+from appliance.protocol.v1 import ID_MAX, Invocation, check_invocation_key
 from appliance.store.errors import WorkerRecordRefused
 from appliance.store.worker_store import (
     EXECUTION_OUTPUT_BYTES_MAX,
     EXECUTION_STATUSES,
+    PRUNE_LOOKAHEAD_FACTOR,
     TERMINAL_STATUSES,
     ExecutionRecord,
     InvocationRecord,
+    Pruned,
     Reserved,
 )
 
@@ -44,7 +46,7 @@ class MemoryDisk:
 
 
 def _empty_image() -> dict[str, Any]:
-    return {"invocations": {}, "executions": {}, "incarnations": []}
+    return {"invocations": {}, "executions": {}, "incarnations": [], "retained_through": 0}
 
 
 class MemoryWorkerStore:
@@ -259,6 +261,45 @@ class MemoryWorkerStore:
         record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
         self._save(record, durable)
         return record
+
+    # -- retention --
+
+    def retained_through(self) -> int:
+        return int(self._disk.current.get("retained_through", 0))
+
+    def prune_through(self, retained_through: int, *, rows_max: int) -> Pruned:
+        """``WorkerStore.prune_through``: W and the deletions in one write without an fsync."""
+        if type(retained_through) is not int or not 0 <= retained_through <= ID_MAX:
+            raise ValueError(f"retained_through must be an integer in [0, {ID_MAX}]")
+        if type(rows_max) is not int or rows_max < 1:
+            raise ValueError(f"rows_max must be a positive integer, got {rows_max!r}")
+        limit = rows_max * PRUNE_LOOKAHEAD_FACTOR
+        floor = max(self.retained_through(), retained_through)
+        candidates = [key for key in self._invocations if key[2] <= floor][:limit]
+        doomed: list[tuple[tuple[str, int, int, int], str | None]] = []
+        for key in candidates:
+            if len(doomed) == rows_max:
+                break
+            consumed = self._invocations[key].get("consumed")
+            eid = None if consumed is None else consumed.get("execution_id")
+            execution = None if eid is None else self._executions.get(str(eid))
+            if execution is not None and not execution.finished:
+                continue
+            doomed.append((key, None if eid is None else str(eid)))
+
+        def change(image: dict[str, Any]) -> None:
+            image["retained_through"] = floor
+            for key, eid in doomed:
+                del image["invocations"][key]
+                if eid is not None:
+                    image["executions"].pop(eid, None)
+
+        self._commit(change, durable=False)
+        deleted = len(doomed)
+        return Pruned(deleted, deleted > 0 and (deleted == rows_max or len(candidates) == limit))
+
+    def counts(self) -> dict[str, int]:
+        return {"invocations": len(self._invocations), "executions": len(self._executions)}
 
     # -- execution records --
 
