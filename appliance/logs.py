@@ -59,6 +59,7 @@ EVENTS: Final[Mapping[str, tuple[str, ...]]] = {
     "admission": ("status", "occurrence", "attempt", "epoch", "late_ms", "refusal"),
     "dispatch_accepted": ("occurrence", "attempt", "execution_id", "late_ms"),
     "dispatch_not_dispatched": ("occurrence", "attempt", "sends", "delay_s"),
+    "dispatch_retired": ("occurrence", "attempt", "detail"),
     "dispatch_fenced": ("occurrence", "attempt", "state", "reason"),
     "dispatch_fenced_refused": ("occurrence", "attempt", "reason"),
     "dispatch_fenced_uncertain": ("occurrence", "attempt", "reason"),

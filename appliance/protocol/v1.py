@@ -198,3 +198,34 @@ def binding_of(document: dict[str, Any]) -> Binding:
     """Structural decode of a binding document whose fields were already checked."""
     authority = Authority(**document["authority"])
     return Binding(**{**document, "authority": authority})
+
+
+# ---- retention (issue 19; docs/worker.md "Retention") ------------------------------------------
+
+# The runner states its retention floor W — every occurrence id at or below it has left the
+# committed checkpoint — as this query parameter of the exec and observation requests. A query
+# parameter, not a body field: a worker from before retention refuses unknown body fields
+# (invalid_request) but never reads the query, so it ignores W and simply prunes nothing.
+RETAINED_THROUGH_PARAM: Final = "retained_through"
+# The worker's definite answer for an invocation at or below W: exec 403 (nothing launched, and
+# nothing ever will be), observation 410, cancel 410 when it keeps no record.
+RETIRED_CODE: Final = "retired"
+
+
+def retained_through_text(value: int) -> str:
+    """The query string carrying W (``retained_through=<W>``)."""
+    if type(value) is not int or not 0 <= value <= ID_MAX:
+        raise ValueError(f"{RETAINED_THROUGH_PARAM} must be an integer in [0, {ID_MAX}]: {value!r}")
+    return f"{RETAINED_THROUGH_PARAM}={value}"
+
+
+def parse_retained_through(text: str | None) -> int | None:
+    """W from the query parameter's text (None when absent); ``ValueError`` naming the field
+    unless it is a decimal integer in [0, ID_MAX] without sign or leading zeros."""
+    if text is None:
+        return None
+    if not re.fullmatch(_ID_TEXT, text) or int(text) > ID_MAX:
+        raise ValueError(
+            f"{RETAINED_THROUGH_PARAM} must be a decimal integer in [0, {ID_MAX}]: {text[:32]!r}"
+        )
+    return int(text)

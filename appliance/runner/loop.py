@@ -307,11 +307,19 @@ class Runner:
             due = time.monotonic() + effect.delay_s
             heapq.heappush(self._timers, (due, next(self._seq), effect.token))
         elif isinstance(effect, DispatchRequest):
-            binding, code = dict(effect.binding), effect.code
-            self._spawn(lambda: self.worker.execute(binding, code), ExecAnswered, effect.token)
+            binding, code, floor = dict(effect.binding), effect.code, effect.retained_through
+            self._spawn(
+                lambda: self.worker.execute(binding, code, retained_through=floor),
+                ExecAnswered,
+                effect.token,
+            )
         elif isinstance(effect, ObserveRequest):
-            eid = effect.execution_id
-            self._spawn(lambda: self.worker.observe(eid), ObserveAnswered, effect.token)
+            eid, floor = effect.execution_id, effect.retained_through
+            self._spawn(
+                lambda: self.worker.observe(eid, retained_through=floor),
+                ObserveAnswered,
+                effect.token,
+            )
         elif isinstance(effect, CancelRequest):
             binding = dict(effect.binding)
             self._spawn(lambda: self.worker.cancel(binding), CancelAnswered, effect.token)

@@ -23,7 +23,7 @@ from the committed claims.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from appliance.config.rfc3339 import parse_rfc3339
@@ -82,6 +82,18 @@ class Work:
     last_observation: str = ""  # why the last observation gave no outcome (for the reasons)
 
 
+def retained_through(state: Any) -> int:
+    """W of the committed state (core ``SchedulerState.retained_through``)."""
+    return int(state.retained_through())
+
+
+def with_retained_through(effect: Effect, floor: int) -> Effect:
+    """Exec and observation requests carry W, so the worker can prune (docs/worker.md)."""
+    if isinstance(effect, DispatchRequest | ObserveRequest):
+        return replace(effect, retained_through=floor)
+    return effect
+
+
 class AttemptDecisions(SerialCore):
     cfg: RunnerConfig
     unknown_poll_s: float
@@ -104,7 +116,7 @@ class AttemptDecisions(SerialCore):
         work.busy = True
         token = next(self._tokens)
         self._tasks[token] = work
-        self._out.append(request(token))
+        self._out.append(with_retained_through(request(token), self._read(retained_through)))
 
     def _forget(self, work: Work) -> None:
         """Stop tracking ``work`` — only if it is still the tracked one. A late result of an
@@ -174,6 +186,13 @@ class AttemptDecisions(SerialCore):
                 late_ms=self._late_ms(work.due_s),
                 **ids,
             )
+            self._start_observing(work)
+            return
+        if result.kind == "retired":
+            # At or below the worker's floor W, which a committed state set: the occurrence left
+            # the checkpoint, and this view only lags behind that commit. Never a new dispatch
+            # and never a fence or an outcome: observe, and _current drops it once applied.
+            self._emit_log("dispatch_retired", detail=result.detail, **ids)
             self._start_observing(work)
             return
         decision = dispatch_outcome.after_exec(

@@ -171,6 +171,7 @@ class DispatchRequest:
     token: int
     binding: Mapping[str, Any]
     code: str
+    retained_through: int | None = None  # W of the committed state, for the worker's retention
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ class ObserveRequest:
 
     token: int
     execution_id: str
+    retained_through: int | None = None  # W of the committed state, for the worker's retention
 
 
 @dataclass(frozen=True)

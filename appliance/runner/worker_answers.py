@@ -12,7 +12,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ExecResult:
-    kind: str  # accepted | refused | not_dispatched | uncertain
+    kind: str  # accepted | refused | not_dispatched | uncertain | retired
     execution_id: str | None = None
     code: str | None = None
     detail: str = ""
@@ -20,7 +20,9 @@ class ExecResult:
 
 @dataclass(frozen=True)
 class ObserveResult:
-    status: str | None  # reserved, running, completed, failed, timed_out, cancelled, lost, fenced
+    # reserved, running, completed, failed, timed_out, cancelled, lost, fenced; retired (at or
+    # below the retention floor W: the worker keeps nothing and launches nothing)
+    status: str | None
     document: dict[str, Any] | None = None
     detail: str = ""
 

@@ -13,6 +13,10 @@ classifies the answer into a small frozen result the loop can act on without kno
   a timeout, a dropped connection, a malformed answer — the attempt may have run).
 - ``ObserveResult``: the execution's ``status`` or ``None`` with the reason it could not be read.
 - ``CancelResult.result``: the worker's ``result`` field, or ``None`` when the call failed.
+- Retention: exec and observation carry the owner's floor W as the ``retained_through`` query
+  parameter (docs/worker.md "Retention"); a worker's ``retired`` answer for an invocation at or
+  below W is ``ExecResult.kind == "retired"`` / ``ObserveResult.status == "retired"`` — definite:
+  that invocation left the checkpoint and is never launched.
 
 The worker's ``ConnectFailed`` is kept apart in ``detail`` for the logs, but still classified
 ``uncertain`` for exec: the issue asks that an unreachable worker makes the attempt Unknown.
@@ -26,7 +30,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
-from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION
+from appliance.protocol.v1 import (
+    CANCEL_PATH,
+    EXEC_PATH,
+    PROTOCOL_VERSION,
+    RETIRED_CODE,
+    retained_through_text,
+)
 from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
 from appliance.runner.dispatch_outcome import NOT_DISPATCHED_CODES
 from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
@@ -63,6 +73,15 @@ def _not_dispatched(status: int, document: dict[str, Any] | None) -> bool:
         and error.get("code") in NOT_DISPATCHED_CODES
         and isinstance(error.get("message"), str)
     )
+
+
+def _with_floor(path: str, retained_through: int | None) -> str:
+    return path if retained_through is None else f"{path}?{retained_through_text(retained_through)}"
+
+
+def _retired(status: int, document: dict[str, Any] | None, expected_status: int) -> bool:
+    """The worker's definite ``retired`` answer (at or below the floor W), exactly."""
+    return status == expected_status and _error_code(document) == RETIRED_CODE
 
 
 def _error_code(document: dict[str, Any] | None) -> str:
@@ -108,13 +127,16 @@ class WorkerClient:
             fresh_connection=fresh,
         )
 
-    def execute(self, binding: dict[str, Any], code: str) -> ExecResult:
+    def execute(
+        self, binding: dict[str, Any], code: str, retained_through: int | None = None
+    ) -> ExecResult:
         document = {"protocol": PROTOCOL_VERSION, "binding": binding, "code": code}
+        path = _with_floor(EXEC_PATH, retained_through)
         try:
             # A new connection: a kept-alive one the worker closes as idle (it does under
             # connection pressure) could meet our request on the wire, and an exec whose fate
             # is unknown is an Unknown (docs/http.md).
-            response = self._post(EXEC_PATH, document, EXEC_READ_TIMEOUT_MS, fresh=True)
+            response = self._post(path, document, EXEC_READ_TIMEOUT_MS, fresh=True)
         except ConnectFailed as exc:
             return ExecResult("uncertain", detail=f"worker unreachable: {exc.reason}")
         except AmbiguousSend as exc:
@@ -124,6 +146,8 @@ class WorkerClient:
             execution_id = answer.get("execution_id")
             if isinstance(execution_id, str):
                 return ExecResult("accepted", execution_id, detail=str(answer.get("state")))
+        if _retired(response.status, answer, 403):
+            return ExecResult("retired", code=RETIRED_CODE, detail="at or below the floor W")
         if response.status == 403:
             return ExecResult("refused", code=_error_code(answer), detail="worker refused")
         if _not_dispatched(response.status, answer):
@@ -136,10 +160,11 @@ class WorkerClient:
             detail=f"worker answered HTTP {response.status}",
         )
 
-    def observe(self, execution_id: str) -> ObserveResult:
+    def observe(self, execution_id: str, retained_through: int | None = None) -> ObserveResult:
+        path = _with_floor(EXECUTIONS_PATH + execution_id, retained_through)
         try:
             response = self._client.get(
-                self._origin_of().rstrip("/") + EXECUTIONS_PATH + execution_id,
+                self._origin_of().rstrip("/") + path,
                 bearer=self._bearer,
                 read_timeout_ms=OBSERVE_READ_TIMEOUT_MS,
                 response_bytes_max=RESPONSE_BYTES_MAX,
@@ -147,6 +172,8 @@ class WorkerClient:
         except (ConnectFailed, AmbiguousSend) as exc:
             return ObserveResult(None, detail=exc.reason)
         answer = _json(response.body)
+        if _retired(response.status, answer, 410):
+            return ObserveResult(RETIRED_CODE, detail="at or below the floor W")
         if response.status != 200 or answer is None or not isinstance(answer.get("status"), str):
             return ObserveResult(None, detail=f"HTTP {response.status} {_error_code(answer)}")
         return ObserveResult(answer["status"], answer)

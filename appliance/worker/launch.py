@@ -27,6 +27,12 @@ Work can be lost this way; it is reported (``fenced`` / ``lost``), never hidden 
 Every stop of the admission attempt (refused, uncertain, unavailable) fences the invocation with
 the reason: "stops the attempt and records why", and no later request can revive it.
 
+Retention (issue 19; the argument is docs/worker.md "Retention"): the runner states its floor W
+on each exec and observation (``note_retained_through``); W only rises here. Every invocation at
+or below W is refused first (exec ``403 retired``, observation ``410 retired``) — before the
+path that answers an existing record — and ``prune_batch`` deletes the records of exactly those
+invocations, one bounded batch per call, which the driver makes off the launch path.
+
 This module is the core: it holds no lock, thread, socket or timer and makes no permit request.
 The store, the engine, the clock and the crash hook are injected (``appliance/worker/ports.py``),
 so the same decisions run in the process (``WorkerService``, the driver, over SQLite and V8) and
@@ -75,6 +81,7 @@ log = logging.getLogger("appliance.worker")
 
 CANCEL_WAIT_SECONDS_DEFAULT: Final = 2.0
 FENCE_REASON_CANCEL: Final = "cancel requested"
+PRUNE_ROWS_MAX: Final = 64  # invocation records one retention batch deletes at most
 
 
 @dataclass(frozen=True)
@@ -159,7 +166,47 @@ class LaunchCore:
         # is one atomic set operation, made for one invocation by the call holding its lock.
         self._in_flight: set[tuple[str, int, int, int]] = set()
         self.incarnation_id = store.incarnation_id
+        # W: the recorded floor, raised by what the runner states (only ever rising).
+        self._retained_through = store.retained_through()
+        self._prune_due = False
+        self.pruned_records = 0  # by this incarnation (metrics, the simulator's counts)
         engine.add_listener(self.on_engine_report)
+
+    # ------------------------------------------------------------------ retention
+    @property
+    def retained_through(self) -> int:
+        return self._retained_through
+
+    def note_retained_through(self, value: int | None) -> None:
+        """The runner's W from a request (None: an older runner said nothing). A lower value
+        (a stale runner) changes nothing. Held in memory until a prune batch records it: until
+        then nothing is deleted, so a restart that forgets it loses nothing it protects."""
+        if value is not None and value > self._retained_through:
+            self._retained_through = value
+            self._prune_due = True
+
+    def prune_batch(self, rows_max: int = PRUNE_ROWS_MAX) -> bool:
+        """One bounded retention batch when one is due; True while more are left."""
+        if not self._prune_due:
+            return False
+        pruned = self._store.prune_through(self._retained_through, rows_max=rows_max)
+        self._prune_due = pruned.more
+        self.pruned_records += pruned.deleted
+        if pruned.deleted:
+            log.debug("pruned %d records through %d", pruned.deleted, self._retained_through)
+        return pruned.more
+
+    def _retired(self, invocation: Invocation, status: int) -> Answer | None:
+        """The definite refusal of an invocation at or below W (module doc), else None."""
+        if invocation.occurrence_id > self._retained_through:
+            return None
+        return _error(
+            status,
+            v1.RETIRED_CODE,
+            f"occurrence {invocation.occurrence_id} is at or below the retention floor "
+            f"{self._retained_through}: it left the runner's checkpoint and is never launched",
+            retained_through=self._retained_through,
+        )
 
     # ------------------------------------------------------------------ start-up
     def mark_lost_executions(self) -> list[str]:
@@ -192,6 +239,9 @@ class LaunchCore:
         if refusal is not None:
             return refusal
         invocation = binding.invocation
+        retired = self._retired(invocation, 403)  # before the existing record is looked at
+        if retired is not None:
+            return retired
         existing = self._store.get(invocation)
         if existing is not None:
             # Before the payload and expiry checks: a repeated exec for a known invocation
@@ -404,6 +454,10 @@ class LaunchCore:
             return refusal
         invocation = request.binding.invocation
         record = self._store.get(invocation)
+        if record is None:
+            retired = self._retired(invocation, 410)  # no record to stop; do not create one
+            if retired is not None:
+                return retired
         if (
             record is not None
             and record.binding is not None
@@ -462,10 +516,15 @@ class LaunchCore:
     # ------------------------------------------------------------------ observation
     def settle(self, invocation: Invocation) -> InvocationRecord | None:
         """An observation's durable part (under the invocation's lock); then ``observation``."""
+        if invocation.occurrence_id <= self._retained_through:
+            return None  # answered ``retired`` whatever is still kept
         record = self._store.get(invocation)
         return None if record is None else self._settle_interrupted(record)
 
     def observation(self, invocation: Invocation, record: InvocationRecord | None) -> Answer:
+        retired = self._retired(invocation, 410)
+        if retired is not None:
+            return retired
         if record is None:
             return _error(404, v1.OBSERVE_UNKNOWN_CODE, "no record of this invocation here")
         if record.consumed is not None:

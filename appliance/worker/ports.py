@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from appliance.engine.model import ExecutionReport, ExecutionRequest
 from appliance.protocol.v1 import Invocation
-from appliance.store.worker_store import ExecutionRecord, InvocationRecord, Reserved
+from appliance.store.worker_store import ExecutionRecord, InvocationRecord, Pruned, Reserved
 
 Recheck = Callable[[], bool]
 EngineListener = Callable[[ExecutionReport], None]
@@ -67,6 +67,10 @@ class LaunchStore(Protocol):
     ) -> ExecutionRecord: ...
 
     def unfinished_from_previous_incarnations(self) -> list[ExecutionRecord]: ...
+
+    def retained_through(self) -> int: ...
+
+    def prune_through(self, retained_through: int, *, rows_max: int) -> Pruned: ...
 
 
 class SubmitCapability(Protocol):

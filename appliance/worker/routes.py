@@ -16,7 +16,14 @@ from typing import Final
 import falcon
 
 from appliance.http import ApiError, create_app, read_json_object
-from appliance.protocol.v1 import CANCEL_PATH, EXEC_PATH, PROTOCOL_VERSION, invocation_of
+from appliance.protocol.v1 import (
+    CANCEL_PATH,
+    EXEC_PATH,
+    PROTOCOL_VERSION,
+    RETAINED_THROUGH_PARAM,
+    invocation_of,
+    parse_retained_through,
+)
 from appliance.protocol.v1 import EXECUTIONS_ROUTE as EXECUTIONS_PATH
 from appliance.secret import Secret
 from appliance.worker.service import Answer, WorkerService
@@ -38,6 +45,15 @@ def _bad_request(error: WireError) -> ApiError:
     return ApiError(400, error.code, error.message)
 
 
+def _note_retained_through(req: falcon.Request, service: WorkerService) -> None:
+    """The runner's retention floor W from the query (docs/worker.md "Retention")."""
+    try:
+        value = parse_retained_through(req.get_param(RETAINED_THROUGH_PARAM))
+    except ValueError as exc:
+        raise ApiError(400, "invalid_request", str(exc)) from None
+    service.note_retained_through(value)
+
+
 class ExecResource:
     def __init__(self, service: WorkerService) -> None:
         self._service = service
@@ -47,6 +63,7 @@ class ExecResource:
             request = parse_exec(read_json_object(req))
         except WireError as error:
             raise _bad_request(error) from None
+        _note_retained_through(req, self._service)
         _respond(resp, self._service.execute(request))
 
 
@@ -59,6 +76,7 @@ class ExecutionResource:
         invocation = invocation_of(execution_id, self._namespace)
         if invocation is None:
             raise ApiError(404, "unknown_execution", "not an execution id of this worker")
+        _note_retained_through(req, self._service)
         _respond(resp, self._service.observe(invocation))
 
 

@@ -5,6 +5,11 @@ Theory of operation. The decisions (steps, fences, answers) are ``LaunchCore``'s
 driver adds what a core may not hold: one lock per invocation, which serializes exec, cancel and
 the receipt, and the permit request over HTTP, made with the lock released so that a cancel can
 fence the invocation meanwhile. The routes (appliance/worker/routes.py) only parse and call it.
+
+Retention: the runner's W (a query parameter of exec and observation) is noted under one lock
+(so concurrent requests can only raise it), and one bounded prune batch runs on an observation,
+never on an exec — pruning is never on the launch path, and a batch another thread is already
+running is not waited for.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class WorkerService:
         self._engine = engine
         self._admission = admission
         self._locks = InvocationLocks()
+        self._retention = threading.Lock()
         self._core = LaunchCore(
             settings=LaunchSettings.of(config),
             store=store,
@@ -138,4 +144,30 @@ class WorkerService:
     def observe(self, invocation: Invocation) -> Answer:
         with self._locks.hold(invocation):
             record = self._core.settle(invocation)
-        return self._core.observation(invocation, record)
+        answer = self._core.observation(invocation, record)
+        self.prune_once()
+        return answer
+
+    # ---- retention -----------------------------------------------------------------------------
+    def note_retained_through(self, value: int | None) -> None:
+        """The runner's W from a request's query (None: not stated)."""
+        if value is None:
+            return
+        with self._retention:
+            self._core.note_retained_through(value)
+
+    def prune_once(self) -> bool:
+        """One retention batch if one is due and no other thread is running one."""
+        if not self._retention.acquire(blocking=False):
+            return False
+        try:
+            return self._core.prune_batch()
+        except Exception:  # a failed batch deletes nothing (one transaction): try again later
+            log.exception("retention batch failed")
+            return False
+        finally:
+            self._retention.release()
+
+    @property
+    def retained_through(self) -> int:
+        return self._core.retained_through

@@ -95,6 +95,7 @@ class ScriptedWorker:
         self.on_cancel: Callable[[dict[str, Any]], CancelResult] = lambda b: CancelResult("stopped")
         self.admissions: list[tuple[int, dict[str, Any]]] = []
         self.incarnation = "inc-1"
+        self.retained_through: list[int | None] = []  # W of every exec and observation
 
     def admit_and_accept(self, binding: dict[str, Any]) -> ExecResult:
         if self.runner is None:
@@ -106,12 +107,16 @@ class ScriptedWorker:
         eid = f"s{binding['schedule_id']}-o{binding['occurrence_id']}-a{binding['attempt']}"
         return ExecResult("accepted", eid)
 
-    def execute(self, binding: dict[str, Any], code: str) -> ExecResult:
+    def execute(
+        self, binding: dict[str, Any], code: str, retained_through: int | None = None
+    ) -> ExecResult:
         self.calls.append(("exec", binding))
+        self.retained_through.append(retained_through)
         return self.on_exec(binding)
 
-    def observe(self, execution_id: str) -> ObserveResult:
+    def observe(self, execution_id: str, retained_through: int | None = None) -> ObserveResult:
         self.calls.append(("observe", execution_id))
+        self.retained_through.append(retained_through)
         return self.on_observe(execution_id)
 
     def cancel(self, binding: dict[str, Any]) -> CancelResult:

@@ -33,9 +33,9 @@ def codes_sent(voter: Voter) -> list[str]:
     sent: list[str] = []
     original = voter.worker.execute
 
-    def execute(binding: dict[str, Any], code: str) -> Any:
+    def execute(binding: dict[str, Any], code: str, **kwargs: Any) -> Any:
         sent.append(code)
-        return original(binding, code)
+        return original(binding, code, **kwargs)
 
     voter.worker.execute = execute  # type: ignore[method-assign]
     return sent

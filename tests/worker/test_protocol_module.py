@@ -34,7 +34,12 @@ def _error_codes(path: Path) -> set[str]:
 
 def test_every_error_the_launch_core_answers_is_a_protocol_code() -> None:
     codes = _error_codes(ROOT / "worker" / "launch.py")
-    listed = {*v1.EXEC_REFUSED_CODES, *v1.EXEC_STOPPED_CODES, v1.OBSERVE_UNKNOWN_CODE}
+    listed = {
+        *v1.EXEC_REFUSED_CODES,
+        *v1.EXEC_STOPPED_CODES,
+        v1.OBSERVE_UNKNOWN_CODE,
+        v1.RETIRED_CODE,
+    }
     assert codes and codes <= listed, codes - listed
     assert {"pool_full", "fenced", "grant_expired", "submit_failed"} <= codes
 

@@ -29,6 +29,14 @@ def main(argv: list[str] | None = None) -> int:
         help="do not fail an Unknown occurrence that has no committed permit (by default it "
         "fails the seed: the owner fences such attempts, issue 23)",
     )
+    parser.add_argument(
+        "--records",
+        type=int,
+        default=0,
+        help="the retention profile (issue 19): this small a records limit, so records retire, "
+        "the worker prunes at or below the floor W, and exec requests are replayed to it later",
+    )
+    parser.add_argument("--time-scale", type=float, default=SystemOptions.time_scale)
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     parser.add_argument(
         "--progress", type=int, default=1000, help="print a progress line every this many seeds"
@@ -39,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         safety_ms=args.safety_ms,
         liveness_ms=args.liveness_ms,
         strict_unknown=not args.allow_unknown_without_permit,
+        records=args.records,
+        time_scale=args.time_scale,
     )
     started = time.monotonic()
     failures = 0
@@ -48,8 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         totals.update(result.states)
         for name in ("occurrences", "permits", "launches", "events", "voter_crashes"):
             totals[name] += getattr(result, name)
-        for name in ("worker_crashes", "power_losses"):
+        for name in ("worker_crashes", "power_losses", "worker_pruned"):
             totals[name] += getattr(result, name)
+        for name in ("exec_replayed", "exec_retired", "observe_retired"):
+            totals[name] += result.reached.get(name, 0)
         totals["unknown_with_permit"] += result.unknown_with_permit
         totals["unknown_without_permit"] += result.unknown_without_permit
         if args.verbose:
@@ -57,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} occurrences={result.occurrences} "
                 f"states={result.states} permits={result.permits} launches={result.launches} "
                 f"unknown with/without permit={result.unknown_with_permit}/"
-                f"{result.unknown_without_permit}"
+                f"{result.unknown_without_permit} W={result.retained_through} "
+                f"pruned={result.worker_pruned}"
             )
         done = seed - args.start + 1
         if args.progress and done % args.progress == 0 and done < args.seeds:
@@ -71,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  reproduce: python -m appliance.sim.system --seeds 1 --start {seed} "
                 f"--safety-ms {args.safety_ms} --liveness-ms {args.liveness_ms}"
+                f"{f' --records {args.records}' if args.records else ''}"
+                f" --time-scale {args.time_scale:g}"
                 f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
                 " --verbose"
             )

@@ -51,6 +51,7 @@ RULE_STALE_EPOCH = "a permit only for a claim of the current ownership epoch"
 RULE_PAUSED = "nothing selected or claimed while paused"
 RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
 RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
+RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -219,6 +220,20 @@ class Ledger:
                 )
             self.events["cancelled_launched" if eid in self.launches else "cancelled_fenced"] += 1
 
+    # -- retention --
+
+    def on_retained_through(self, value: int) -> None:
+        """A request stated the floor W to the worker: W must come from the committed state,
+        so it is never above the reference replica's (which has applied every committed index
+        any voter has) — every occurrence at or below it left the committed checkpoint."""
+        self.events["retained_through_stated"] += 1
+        reference = self.reference.state.retained_through()
+        if value > reference:
+            raise Violation(
+                RULE_RETENTION_FLOOR,
+                f"a request stated W={value}, the committed log's floor is {reference}",
+            )
+
     # -- launches --
 
     def on_launch(self, eid: str, incarnation: str, disk: MemoryDisk, wall_s: float) -> None:
@@ -315,6 +330,7 @@ class Ledger:
         result.permits = len(self.permits)
         result.launches = len(self.launches)
         result.log_entries = len(self.committed)
+        result.retained_through = self.reference.state.retained_through()
         result.reached = dict(self.events)
         for record in occurrences:
             if record.state.value == "Unknown":

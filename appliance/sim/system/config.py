@@ -53,6 +53,22 @@ class SystemOptions:
     faults: bool = True
     strict_unknown: bool = True  # issue 23: fail any Unknown without a committed permit
     timeout_seconds: int = 20  # the remote grant's engine timeout (wall seconds)
+    # Retention profile (issue 19): a records limit this small retires records within a run, so
+    # the owners state a rising floor W and the worker prunes; its faults also replay exec
+    # requests to the worker later (a duplicated request), which is what pruning must survive.
+    # 0: the default LIMITS and no replays (every seed's random stream as before).
+    records: int = 0
+
+
+def limits_for(options: SystemOptions) -> Limits:
+    if not options.records:
+        return LIMITS
+    return Limits(
+        schedules=LIMITS.schedules,
+        records=options.records,
+        outstanding=min(LIMITS.outstanding, options.records),
+        running=min(LIMITS.running, options.records),
+    )
 
 
 @dataclass
@@ -72,6 +88,8 @@ class SystemResult:
     worker_crashes: int = 0
     power_losses: int = 0
     log_entries: int = 0
+    retained_through: int = 0  # the reference replica's W at the end
+    worker_pruned: int = 0  # invocation records the worker pruned (retention profile)
     reached: dict[str, int] = field(default_factory=dict)  # which rules the run exercised
 
 

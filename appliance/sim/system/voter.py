@@ -32,7 +32,6 @@ from appliance.runner.machine import Machine, encode_command
 from appliance.runner.owner import Owner
 from appliance.sim.system.config import (
     ADMISSION_ROUTE_MS_MAX,
-    LIMITS,
     PROPOSAL_TIMEOUT_MS,
     TICK_MS,
     WAKE_MS_MAX,
@@ -84,7 +83,7 @@ class Voter:
             batch_entries_max=sim.rng.choice((1, 4, 32)),
         )
         self.node = RaftNode(config, self.storage, random.Random(sim.rng.getrandbits(64)))
-        self.machine = Machine(None, LIMITS)
+        self.machine = Machine(None, sim.limits)
         self.owner = Owner(
             cfg=sim.runner_config(self.id),
             state=self.machine,
@@ -229,9 +228,11 @@ class Voter:
             self._read_barrier(effect.token)
         elif isinstance(effect, ev.DispatchRequest):
             document = {"protocol": 1, "binding": dict(effect.binding), "code": effect.code}
-            sim.worker_call(self, "exec", document, effect.token)
+            sim.worker_call(self, "exec", document, effect.token, effect.retained_through)
         elif isinstance(effect, ev.ObserveRequest):
-            sim.worker_call(self, "observe", effect.execution_id, effect.token)
+            sim.worker_call(
+                self, "observe", effect.execution_id, effect.token, effect.retained_through
+            )
         elif isinstance(effect, ev.CancelRequest):
             document = {"protocol": 1, "binding": dict(effect.binding)}
             sim.worker_call(self, "cancel", document, effect.token)

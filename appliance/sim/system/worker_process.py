@@ -124,17 +124,29 @@ class WorkerProcess:
 
     # -- the routes --
 
-    def handle(self, route: str, payload: Any, reply: Callable[[Answer | None], None]) -> None:
+    def handle(
+        self,
+        route: str,
+        payload: Any,
+        reply: Callable[[Answer | None], None],
+        retained_through: int | None = None,
+    ) -> None:
         core = self.core
         if core is None:
             reply(None)
             return
+        if retained_through is not None:
+            self.sim.ledger.on_retained_through(retained_through)
+            core.note_retained_through(retained_through)
         if route == "observe":
             invocation = v1.invocation_of(payload, NAMESPACE)
             if invocation is None:
                 reply(Answer(404, v1.error_document("unknown_execution", "not an id")))
                 return
             answer = self.run(lambda: core.observation(invocation, core.settle(invocation)))
+            if answer is not None and answer.status == 410:
+                self.sim.ledger.events["observe_retired"] += 1
+            self._prune(core)  # as WorkerService does: one batch on an observation
             reply(answer)
             return
         if route == "cancel":
@@ -158,10 +170,19 @@ class WorkerProcess:
             reply(Answer(400, v1.error_document(exc.code, exc.message)))
             return
         step = self.run(lambda: core.begin_exec(exec_request))
+        if isinstance(step, Answer) and step.body.get("error", {}).get("code") == v1.RETIRED_CODE:
+            self.sim.ledger.events["exec_retired"] += 1
         if step is None or isinstance(step, Answer):
             reply(step)
             return
         self._permit(step, reply)
+
+    def _prune(self, core: LaunchCore) -> None:
+        before = core.pruned_records
+        core.prune_batch()
+        if core.pruned_records > before:
+            self.sim.result.worker_pruned += core.pruned_records - before
+            self.sim.ledger.events["worker_pruned"] += core.pruned_records - before
 
     def _permit(self, step: Reserving, reply: Callable[[Answer | None], None]) -> None:
         sim = self.sim

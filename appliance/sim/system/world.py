@@ -72,6 +72,7 @@ from appliance.sim.system.config import (
     WORKER_ID,
     SystemOptions,
     SystemResult,
+    limits_for,
 )
 from appliance.sim.system.engine import EngineFaults
 from appliance.sim.system.voter import Voter
@@ -85,6 +86,7 @@ class SystemSim:
     def __init__(self, seed: int, options: SystemOptions) -> None:
         self.seed = seed
         self.options = options
+        self.limits = limits_for(options)
         self.rng = random.Random(seed)
         self.now_ms = 0
         self._queue: list[tuple[int, int, Callable[[], None]]] = []
@@ -103,19 +105,21 @@ class SystemSim:
         self.crash_in_ready_rate = rng.choice((0.0, 0.001, 0.005))
         self.step_crash_rate = rng.choice((0.0, 0.002, 0.01))
         self.engine_faults = EngineFaults(time_scale=options.time_scale)
+        # Drawn only in the retention profile, so that other runs keep their random streams.
+        self.replay_rate = rng.choice((0.1, 0.5)) if options.records and options.faults else 0.0
         self.expires_at_s = START_S + (
             rng.randint(120, 600) if rng.random() < 0.3 else 10 * 365 * 86_400
         )
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
         self.worker = WorkerProcess(self)
-        self.ledger = Ledger(self, LIMITS, strict_unknown=options.strict_unknown)
+        self.ledger = Ledger(self, self.limits, strict_unknown=options.strict_unknown)
         self.read_ids = 0
         self.request_ids = 0
         self.admission_answers: dict[int, Callable[[int, dict[str, Any]], None]] = {}
         self.operator_replies: dict[int, Any] = {}
         self.worker_blocked: set[str] = set()  # voters cut off from the worker
-        self.definition = parse_definition(DEFINITION, LIMITS)
+        self.definition = parse_definition(DEFINITION, self.limits)
         self.run_now_ids: list[str] = []
         self.code_versions = 0
         self._liveness = False
@@ -149,7 +153,7 @@ class SystemSim:
             admission_bearer_env="SIM_ADMISSION",
             cluster_bearer_env="SIM_CLUSTER",
             remote=remote,
-            limits=LIMITS,
+            limits=self.limits,
             schedules=(self.definition,),
         )
 
@@ -344,8 +348,16 @@ class SystemSim:
     def _lost(self) -> bool:
         return self.rng.random() < self.worker_loss
 
-    def worker_call(self, voter: Voter, route: str, payload: Any, token: int) -> None:
-        """One request of the runner's WorkerClient: delivered, timed out or refused."""
+    def worker_call(
+        self,
+        voter: Voter,
+        route: str,
+        payload: Any,
+        token: int,
+        retained_through: int | None = None,
+    ) -> None:
+        """One request of the runner's WorkerClient: delivered, timed out or refused;
+        ``retained_through`` is the floor W the request carries (its query parameter)."""
         incarnation = voter.incarnation
         done = {"answered": False}
         timeout_ms = {"exec": EXEC_TIMEOUT_MS, "observe": OBSERVE_TIMEOUT_MS}.get(
@@ -372,9 +384,25 @@ class SystemSim:
                 response = Response(result.status, (), _json_bytes(result.body))
                 self.at(self._link_ms(), lambda: answer(response))
 
-            self.worker.handle(route, payload, reply)
+            self.worker.handle(route, payload, reply, retained_through)
+            if route == "exec" and self.replay_rate and self.faulty:
+                self._maybe_replay(payload, retained_through)
 
         self.at(self._link_ms(), deliver)
+
+    def _maybe_replay(self, payload: Any, retained_through: int | None) -> None:
+        """The retention profile's fault: the same exec reaches the worker again later (a
+        duplicated request; its answer goes nowhere). After the worker pruned the invocation
+        it must still never launch it twice (docs/worker.md "Retention")."""
+        if self.rng.random() >= self.replay_rate:
+            return
+
+        def replay() -> None:
+            if self.worker.up:
+                self.ledger.events["exec_replayed"] += 1
+                self.worker.handle("exec", payload, lambda _answer: None, retained_through)
+
+        self.at(self.rng.randint(1_000, 60_000), replay)
 
     def admit_call(
         self,
