@@ -16,10 +16,21 @@ from appliance.config.credentials import Secret
 from appliance.runner.worker_client import WorkerClient
 
 ANSWER: dict[str, tuple[int, bytes]] = {}
+PATHS: list[str] = []
 
 
 class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        PATHS.append(self.path)
+        status, body = ANSWER["observe"]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_POST(self) -> None:
+        PATHS.append(self.path)
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         status, body = ANSWER["exec"]
         self.send_response(status)
@@ -86,3 +97,20 @@ def test_a_refusal_stays_a_refusal_and_acceptance_stays_accepted(client) -> None
     assert _kind(client, 403, refused) == ("refused", "binding_mismatch")
     accepted = _doc(protocol=1, execution_id="s1-o1-a1", incarnation="i", state="accepted")
     assert _kind(client, 202, accepted)[0] == "accepted"
+
+
+def test_w_travels_as_a_query_parameter_and_retired_is_its_own_kind(client) -> None:
+    retired = _doc(protocol=1, error={"code": "retired", "message": "m", "retained_through": 7})
+    ANSWER["exec"] = (403, retired)
+    result = client.execute({"occurrence_id": 1}, "1", retained_through=7)
+    assert (result.kind, result.code) == ("retired", "retired")
+    assert PATHS[-1] == "/api/scheduled/v1/exec?retained_through=7"
+    client.execute({"occurrence_id": 1}, "1")
+    assert PATHS[-1] == "/api/scheduled/v1/exec"  # no W, no query
+    assert _kind(client, 503, retired)[0] == "uncertain"  # only the exact 403 is definite
+    ANSWER["observe"] = (410, retired)
+    observed = client.observe("s1-o1-a1", retained_through=0)
+    assert observed.status == "retired"
+    assert PATHS[-1] == "/api/scheduled/v1/executions/s1-o1-a1?retained_through=0"
+    ANSWER["observe"] = (404, _doc(protocol=1, error={"code": "unknown_execution", "message": "m"}))
+    assert client.observe("s1-o1-a1").status is None

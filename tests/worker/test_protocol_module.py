@@ -79,3 +79,17 @@ def test_no_copy_of_the_protocol_types_is_left() -> None:
     ]
     assert homes == ["protocol/v1.py"]
     assert launch.Invocation is v1.Invocation
+
+
+def test_the_retention_floor_parameter_is_an_id_at_the_boundaries() -> None:
+    import pytest
+
+    assert v1.parse_retained_through(None) is None
+    assert v1.parse_retained_through("0") == 0
+    assert v1.parse_retained_through(str(v1.ID_MAX)) == v1.ID_MAX
+    for bad in (str(v1.ID_MAX + 1), "-1", "01", "", "1e3", " 1", "x"):
+        with pytest.raises(ValueError, match="retained_through"):
+            v1.parse_retained_through(bad)
+    assert v1.retained_through_text(v1.ID_MAX) == f"retained_through={v1.ID_MAX}"
+    with pytest.raises(ValueError, match="retained_through"):
+        v1.retained_through_text(v1.ID_MAX + 1)
