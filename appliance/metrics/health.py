@@ -257,18 +257,30 @@ def health_document(h: HealthInputs) -> dict[str, Any]:
             "running": h.figures.running,
             "by_state": h.figures.by_state,
         },
-        "log": {
-            "store_bytes": h.store_bytes,
-            "entries": h.log_entries,
-            "first_index": h.raft.get("log_first_index"),
-            "last_index": h.raft.get("last_log_index"),
-            "snapshot_index": h.raft.get("snapshot_index"),
-            "snapshot_age_s": h.raft.get("snapshot_age_s"),
-        },
+        "log": _log_view(h),
+        "retention": {"retained_through": h.figures.retained_through},
         "unknown_occurrences": h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX],
         "worker": None if h.worker is None else h.worker.to_json(),
         "warnings": warnings_for(h),
     }
+
+
+def _log_view(h: HealthInputs) -> dict[str, Any]:
+    """The replicated log's growth and compaction: the built-in Raft's store, or etcd's keys."""
+    view = {
+        "store_bytes": h.store_bytes,
+        "entries": h.log_entries,
+        "first_index": h.raft.get("log_first_index"),
+        "last_index": h.raft.get("last_log_index"),
+        "snapshot_index": h.raft.get("snapshot_index"),
+        "snapshot_age_s": h.raft.get("snapshot_age_s"),
+    }
+    if h.raft.get("backend") == "etcd":  # the log keys under the prefix (docs/etcd.md)
+        view["first_index"] = h.raft.get("first_log_index")
+        view["last_index"] = h.raft.get("commit_index")
+        view["snapshots_written"] = h.raft.get("snapshots_written")
+        view["compact_revision"] = h.raft.get("compact_revision")
+    return view
 
 
 def _own_lag(raft: dict[str, Any]) -> int | None:

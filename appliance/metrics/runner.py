@@ -189,6 +189,7 @@ class StateFigures:
     ownership_epoch: int
     checkpoint_bytes: int
     budget_bytes: int
+    retained_through: int = 0  # W: every occurrence id at or below it left the checkpoint
 
 
 def state_figures(st: core.SchedulerState) -> StateFigures:
@@ -206,6 +207,7 @@ def state_figures(st: core.SchedulerState) -> StateFigures:
         ownership_epoch=0 if owner is None else owner.epoch,
         checkpoint_bytes=st.size_bytes,
         budget_bytes=st.budget_bytes,
+        retained_through=st.retained_through(),
     )
 
 
@@ -253,6 +255,13 @@ class RunnerCollector(Collector):
             ("snapshot_age_s", "Seconds since the last compaction or snapshot install"),
         ):
             yield from _gauge(f"appliance_raft_{key}", doc, status.get(key))
+        if status.get("backend") == "etcd":
+            for key, doc in (
+                ("first_log_index", "Lowest log key kept under the prefix (the rest is compacted)"),
+                ("snapshots_written", "Snapshots this voter wrote into etcd (as the leader)"),
+                ("compact_revision", "The revision etcd's history was last compacted to"),
+            ):
+                yield from _gauge(f"appliance_etcd_{key}", doc, status.get(key))
         reachable = GaugeMetricFamily(
             "appliance_raft_voter_reachable",
             "1 when the peer voter's Raft status route answered the last probe",
@@ -342,6 +351,12 @@ class RunnerCollector(Collector):
             "appliance_checkpoint_bytes_max",
             "The checkpoint cap (4 MiB)",
             value=CHECKPOINT_BYTES_MAX,
+        )
+        yield GaugeMetricFamily(
+            "appliance_retained_through",
+            "The retention floor W: every occurrence id at or below it left the checkpoint; the "
+            "worker is told it and prunes its records at or below it (docs/worker.md)",
+            value=f.retained_through,
         )
         yield from _gauge(
             "appliance_store_log_entries",

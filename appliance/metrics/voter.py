@@ -103,6 +103,12 @@ class RunnerReader:
         return self.remote_in_force().expires_at.timestamp() - self._runner.clock.now_s()
 
     def log_entries(self) -> int | None:
+        status = self.raft_status()
+        if status.get("backend") == "etcd":  # the log keys kept under the prefix
+            first, last = status.get("first_log_index"), status.get("commit_index")
+            if isinstance(first, int) and isinstance(last, int):
+                return max(0, last - first + 1)
+            return None
         if self._store is None:
             return None
         first, last = self._store.first_index(), self._store.last_index()

@@ -92,6 +92,17 @@ class WorkerCollector(Collector):
             counts = _store_counts(self._store_path or "")
         except apsw.Error:
             return  # busy or closing: skip this scrape's store figures rather than block
+        yield GaugeMetricFamily(
+            "appliance_worker_store_bytes",
+            "Bytes on disk of the worker store (database, -wal and -shm)",
+            value=_file_bytes(self._store_path or ""),
+        )
+        yield GaugeMetricFamily(
+            "appliance_worker_retained_through",
+            "The retention floor W the worker recorded: records at or below it are pruned and "
+            "every invocation at or below it is refused (docs/worker.md)",
+            value=counts[4],
+        )
         for name, value, doc in (
             ("invocations", counts[0], "Invocation records (reservation, permit, consumption)"),
             ("receipts", counts[1], "Invocation records holding a submission receipt"),
@@ -101,7 +112,17 @@ class WorkerCollector(Collector):
             yield GaugeMetricFamily(f"appliance_worker_store_{name}", doc, value=value)
 
 
-def _store_counts(path: str) -> tuple[int, int, int, int]:
+def _file_bytes(path: str) -> int:
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        try:
+            total += Path(path + suffix).stat().st_size
+        except OSError:
+            continue
+    return total
+
+
+def _store_counts(path: str) -> tuple[int, int, int, int, int]:
     conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
     try:
         conn.set_busy_timeout(STORE_BUSY_TIMEOUT_MS)
@@ -113,6 +134,10 @@ def _store_counts(path: str) -> tuple[int, int, int, int]:
         executions, output_bytes = conn.execute(
             "SELECT count(*), coalesce(sum(length(output)), 0) FROM execution"
         ).fetchall()[0]
+        floor = conn.execute(
+            "SELECT value FROM meta WHERE key = 'retained_through'"
+        ).fetchall()  # a figure only: the store verifies its checksum where it decides
     finally:
         conn.close()
-    return int(invocations), int(receipts), int(executions), int(output_bytes)
+    retained = int(floor[0][0]) if floor and str(floor[0][0]).isdigit() else 0
+    return int(invocations), int(receipts), int(executions), int(output_bytes), retained
