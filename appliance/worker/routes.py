@@ -45,13 +45,12 @@ def _bad_request(error: WireError) -> ApiError:
     return ApiError(400, error.code, error.message)
 
 
-def _note_retained_through(req: falcon.Request, service: WorkerService) -> None:
+def _retained_through(req: falcon.Request) -> int | None:
     """The runner's retention floor W from the query (docs/worker.md "Retention")."""
     try:
-        value = parse_retained_through(req.get_param(RETAINED_THROUGH_PARAM))
+        return parse_retained_through(req.get_param(RETAINED_THROUGH_PARAM))
     except ValueError as exc:
         raise ApiError(400, "invalid_request", str(exc)) from None
-    service.note_retained_through(value)
 
 
 class ExecResource:
@@ -63,8 +62,7 @@ class ExecResource:
             request = parse_exec(read_json_object(req))
         except WireError as error:
             raise _bad_request(error) from None
-        _note_retained_through(req, self._service)
-        _respond(resp, self._service.execute(request))
+        _respond(resp, self._service.execute(request, _retained_through(req)))
 
 
 class ExecutionResource:
@@ -76,8 +74,7 @@ class ExecutionResource:
         invocation = invocation_of(execution_id, self._namespace)
         if invocation is None:
             raise ApiError(404, "unknown_execution", "not an execution id of this worker")
-        _note_retained_through(req, self._service)
-        _respond(resp, self._service.observe(invocation))
+        _respond(resp, self._service.observe(invocation, _retained_through(req)))
 
 
 class CancelResource:

@@ -111,10 +111,11 @@ class WorkerService:
     def mark_lost_executions(self) -> list[str]:
         return self._core.mark_lost_executions()
 
-    def execute(self, request: ExecRequest) -> Answer:
+    def execute(self, request: ExecRequest, retained_through: int | None = None) -> Answer:
         refusal = self._core.check_binding(request.binding)
         if refusal is not None:
-            return refusal
+            return refusal  # a W from a runner of another namespace or worker is not taken
+        self.note_retained_through(retained_through)
         invocation = request.binding.invocation
         with self._locks.hold(invocation):
             step = self._core.begin_exec(request)
@@ -141,7 +142,8 @@ class WorkerService:
             return fenced
         return self._core.cancel_answer(request, fenced)
 
-    def observe(self, invocation: Invocation) -> Answer:
+    def observe(self, invocation: Invocation, retained_through: int | None = None) -> Answer:
+        self.note_retained_through(retained_through)
         with self._locks.hold(invocation):
             record = self._core.settle(invocation)
         answer = self._core.observation(invocation, record)

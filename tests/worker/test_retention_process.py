@@ -88,3 +88,13 @@ def test_w_is_a_query_parameter_because_a_body_field_is_refused(
         assert answer.status == 400 and json.loads(answer.body)["error"]["code"] == (
             "invalid_request"
         )
+
+
+def test_a_w_sent_with_another_namespaces_binding_is_not_taken(
+    tmp_path: Path, admission: AdmissionPeer
+) -> None:
+    with running_worker(tmp_path, [admission.url]) as worker:
+        stranger = exec_body(CODE, occurrence_id=9, namespace="another-namespace")
+        answer = worker.post(f"{EXEC}?retained_through=99", stranger)
+        assert (answer.status, answer.json()["error"]["code"]) == (403, "binding_mismatch")
+        assert exec_with_w(worker, 5, None).status == 202  # still above this worker's W (0)
