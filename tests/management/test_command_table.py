@@ -112,3 +112,14 @@ def test_a_planned_mutation_builds_its_core_command_from_the_state_and_calendar(
 def test_a_read_only_command_builds_no_core_command() -> None:
     with pytest.raises(operator.OperatorError):
         operator.build_mutation(operator.OperatorCommand("status", {}), 1, lambda d: d)
+
+
+def test_an_id_is_accepted_up_to_the_wire_limit_and_refused_one_above() -> None:
+    from appliance.protocol.v1 import ID_MAX
+
+    at_limit = {"action": "cancel", "occurrence_id": ID_MAX}
+    assert commands.check_command(at_limit, "operator", Limits()) == at_limit
+    over = {"action": "cancel", "occurrence_id": ID_MAX + 1}
+    expected = rf"occurrence_id: must be an integer id in \[1, {ID_MAX}\]"
+    with pytest.raises(commands.Refused, match=expected):
+        commands.check_command(over, "operator", Limits())

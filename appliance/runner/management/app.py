@@ -35,6 +35,7 @@ import falcon
 from appliance.config.credentials import RunnerCredentials
 from appliance.core.limits import Limits
 from appliance.http import ApiError, create_app, read_json_object
+from appliance.protocol.v1 import ID_DIGITS_MAX, ID_MAX
 from appliance.runner.management.commands import Refused, check_command
 from appliance.runner.management.gateway import CommandGateway
 from appliance.runner.management.mcp_endpoint import McpEndpoint
@@ -60,7 +61,6 @@ HEALTH_PATH: Final = "/scheduler/v1/health"
 OCCURRENCE_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}"
 OUTPUT_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}/output"
 HISTORY_PATH: Final = "/scheduler/v1/schedules/{schedule_id}/history"
-ID_DIGITS_MAX: Final = 19  # ids fit in 63 bits; a longer path segment is not one of ours
 
 
 class ViewReply(Protocol):
@@ -184,8 +184,13 @@ class _Commands:
 
 def _path_id(value: str, name: str) -> int:
     """A path segment that must be a positive id (400 naming it otherwise)."""
-    if not (value.isascii() and value.isdigit()) or len(value) > ID_DIGITS_MAX or int(value) < 1:
-        raise ApiError(400, "invalid_id", f"{name}: must be a positive integer id")
+    # The digit count bounds int() before the value is compared with the wire's one id limit.
+    if (
+        not (value.isascii() and value.isdigit())
+        or len(value) > ID_DIGITS_MAX
+        or not 1 <= int(value) <= ID_MAX
+    ):
+        raise ApiError(400, "invalid_id", f"{name}: must be an integer id in [1, {ID_MAX}]")
     return int(value)
 
 

@@ -317,7 +317,7 @@ class McpEndpoint:
             if value is None and key == "attempt":
                 continue
             if type(value) is not int or not 1 <= value <= ID_MAX:
-                raise RpcError(INVALID_PARAMS, f"{key}: must be a positive integer id")
+                raise RpcError(INVALID_PARAMS, f"{key}: must be an integer id in [1, {ID_MAX}]")
             ids[key] = value
         if "attempt" in ids:
             reply = self._views.output(ids["occurrence_id"], ids["attempt"])
