@@ -21,6 +21,7 @@ from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
+from appliance.protocol import v1
 from appliance.runner import contract_state, ownership
 from appliance.runner.applied import Refused
 from appliance.runner.command_table import ADMIN_ACTIONS, PREVIEWS
@@ -64,7 +65,11 @@ class RequestDecisions(AttemptDecisions):
 
     def _not_owner_answer(self, message: str) -> tuple[int, dict[str, Any]]:
         return 409, {
-            "error": {"code": "not_owner", "message": message, "leader_hint": self.leader_hint}
+            "error": {
+                "code": v1.ADMIT_NOT_OWNER_CODE,
+                "message": message,
+                "leader_hint": self.leader_hint,
+            }
         }
 
     def _admit(self, request: int, binding: Mapping[str, Any], incarnation: str) -> None:
@@ -91,7 +96,7 @@ class RequestDecisions(AttemptDecisions):
         except NotOwner:
             reply = self._not_owner_answer("ownership lost")
         except Uncertain as exc:
-            reply = 503, {"error": {"code": "uncertain", "message": str(exc)}}
+            reply = 503, {"error": {"code": v1.ADMIT_UNCERTAIN_CODE, "message": str(exc)}}
         else:
             reply = ownership.admit_answer(result)
         self._answer_admission(request, binding, reply)
