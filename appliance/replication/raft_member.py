@@ -11,12 +11,14 @@ the voter's ``RunnerStore`` in production.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
-from appliance.http import HttpServer
+from appliance.http import HttpClient, HttpServer
 from appliance.http.tls import (
     cluster_client_context,
     cluster_listener_context,
@@ -30,7 +32,7 @@ from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
-from appliance.replication.voter_capabilities import VoterCapabilities
+from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
 
 
 class RaftMember:
@@ -86,9 +88,19 @@ class RaftMember:
             "operator": credentials.operator,
             "recovery": credentials.recovery,
         }
-        # The version gate (appliance/capabilities.py): what every voter reports it can apply.
+        # The version gate (appliance/capabilities.py): what every member reports it can apply,
+        # asked over the cluster listener's own TLS (the CA and our client certificate).
+        tls_context = cluster_client_context(cfg.tls)
         self.capabilities = VoterCapabilities(
-            node_id=cfg.node_id, peers=peers, cluster_token=credentials.cluster
+            node_id=cfg.node_id,
+            peers=peers,
+            cluster_token=credentials.cluster,
+            client=HttpClient(
+                connect_timeout_ms=1_000, read_timeout_ms=2_000, ssl_context=tls_context
+            ),
+            scheme="http" if tls_context is None else "https",
+            members=lambda: configured_members(self.replication.status(), peers),
+            remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -134,3 +146,17 @@ class RaftMember:
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()
+
+
+def configured_members(
+    status: Mapping[str, Any], genesis_peers: Mapping[str, str]
+) -> dict[str, str]:
+    """Every member of the configuration in force (voters and learners) → its cluster address:
+    the one its CONFIG entry carries (members added at run time), else the genesis mapping's;
+    "" when neither names one (it is still a member the gate waits for, never asked)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return dict(genesis_peers)
+    addresses = {**genesis_peers, **dict(configuration.get("addresses") or {})}
+    members = [*configuration.get("voters", ()), *configuration.get("learners", ())]
+    return {member: addresses.get(member, "") for member in members}
