@@ -11,7 +11,8 @@ the voter's ``RunnerStore`` in production.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
@@ -33,6 +34,22 @@ from appliance.replication.raft_replication import NoNetwork, RaftReplication
 from appliance.replication.voter_capabilities import VoterCapabilities
 
 
+def voters_in_force(status: Mapping[str, Any], genesis: Mapping[str, str]) -> dict[str, str] | None:
+    """id -> cluster address of every voter of the configuration in force (``status()``): the
+    address a run-time member was added with, else the genesis one; None if not known."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return None
+    added = configuration.get("addresses") or {}
+    out: dict[str, str] = {}
+    for node in configuration.get("voters") or ():
+        address = added.get(node) if isinstance(added, Mapping) else None
+        address = address or genesis.get(node)
+        if address is not None:
+            out[node] = address
+    return out
+
+
 class RaftMember:
     def __init__(
         self,
@@ -46,22 +63,26 @@ class RaftMember:
         on_fatal: Callable[[BaseException], None] | None = None,
         restore: RestoreHook | None = None,
     ) -> None:
-        voters = cfg.voters
+        voters = cfg.voters  # the genesis voters; the configuration in force is in the log
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
-        self.transport: HttpTransport | None = None
+        # Always a transport, even for a single voter: a member added at run time (add_voter)
+        # is reached at the address the committed configuration carries (driver._sync_peers).
         self.probe: PeerProbe | None = None
         if peers:
             self.probe = PeerProbe({peer: host_port(addr) for peer, addr in peers.items()})
-            self.transport = HttpTransport(
-                node_id=cfg.node_id,
-                peers=peers,
-                digest=contract_digest,
-                cluster_token=credentials.cluster,
-                ssl_context=cluster_client_context(cfg.tls),
-            )
+        self.transport: HttpTransport | None = HttpTransport(
+            node_id=cfg.node_id,
+            peers=peers,
+            digest=contract_digest,
+            cluster_token=credentials.cluster,
+            ssl_context=cluster_client_context(cfg.tls),
+        )
         self.replication = RaftReplication(
             node_id=cfg.node_id,
             voters=tuple(voters),
+            # A joining node starts as a learner of the genesis configuration; the leader's log
+            # or snapshot then tells it the configuration in force.
+            learners=(cfg.node_id,) if cfg.join else (),
             storage=storage,
             transport=self.transport or NoNetwork(),
             apply=apply,
@@ -88,7 +109,10 @@ class RaftMember:
         }
         # The version gate (appliance/capabilities.py): what every voter reports it can apply.
         self.capabilities = VoterCapabilities(
-            node_id=cfg.node_id, peers=peers, cluster_token=credentials.cluster
+            node_id=cfg.node_id,
+            peers=peers,
+            cluster_token=credentials.cluster,
+            members=lambda: voters_in_force(self.replication.status(), peers),
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -107,10 +131,13 @@ class RaftMember:
             name=f"raft {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
             # Each peer may hold one worker while its request waits for our answer (one
-            # driver cycle); four more serve status reads and one-way messages meanwhile.
-            threads=4 + len(peers),
+            # driver cycle); four more serve status reads and one-way messages meanwhile, and
+            # two more leave room for members added at run time.
+            threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
-            peer_check=cluster_peer_check(voters) if cfg.tls is not None else None,
+            # Any member's certificate from the cluster CA, genesis or added at run time (the
+            # contract digest and the cluster bearer still gate every message).
+            peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:

@@ -8,6 +8,10 @@ proposal path never waits for the network. A peer that cannot be reached keeps i
 restart with a new binary is what changes a report, and that restart is seen at the next
 successful poll.
 
+After a membership change (issue 20) the voters are the configuration in force: ``members`` (when
+given) is asked on each poll for id -> address of every voter, so a voter added at run time must
+report before a new kind is proposed, and a removed one no longer counts.
+
 Only the gate's answer depends on it; nothing replicated does (SPEC §2: apply never depends on it).
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from appliance.capabilities import (
@@ -44,9 +48,11 @@ class VoterCapabilities:
         client: HttpClient | None = None,
         scheme: str = "http",
         poll_s: float = POLL_S,
+        members: Callable[[], Mapping[str, str] | None] | None = None,
     ) -> None:
         self._node_id = node_id
         self._peers = dict(peers)
+        self._members = members
         self._token = cluster_token
         self._client = client or HttpClient(connect_timeout_ms=1_000, read_timeout_ms=2_000)
         self._scheme = scheme
@@ -59,11 +65,29 @@ class VoterCapabilities:
 
     @property
     def voters(self) -> tuple[str, ...]:
-        return (self._node_id, *self._peers)
+        with self._lock:
+            return (self._node_id, *self._peers)
 
     def start(self) -> None:
-        if self._peers:
+        if self._peers or self._members is not None:
             self._thread.start()
+
+    def follow_members(self) -> None:
+        """Take the voters of the configuration in force (``members``), if it says."""
+        if self._members is None:
+            return
+        try:
+            members = self._members()
+        except Exception as exc:  # a stopping driver: keep what we had
+            log.debug("configuration not read: %s", exc)
+            return
+        if members is None:
+            return
+        peers = {node: addr for node, addr in members.items() if node != self._node_id}
+        with self._lock:
+            self._peers = peers
+            for peer in peers:
+                self._reports.setdefault(peer, None)
 
     def stop(self) -> None:
         self._stop.set()
@@ -80,7 +104,10 @@ class VoterCapabilities:
         return gate_refusal(kind, self.voters, self.reports())
 
     def poll_once(self) -> None:
-        for peer, address in self._peers.items():
+        self.follow_members()
+        with self._lock:
+            peers = dict(self._peers)
+        for peer, address in peers.items():
             report = self._ask(peer, address)
             if report is not None:
                 with self._lock:
