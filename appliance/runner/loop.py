@@ -33,10 +33,13 @@ from appliance.config.runner import RunnerConfig
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
-from appliance.runner.command_table import MEMBERSHIP_ACTIONS
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
-from appliance.runner.membership_commands import configuration_view, membership_reply
+from appliance.runner.membership_commands import (
+    MEMBERSHIP_ACTIONS,
+    configuration_view,
+    membership_reply,
+)
 from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.runner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.runner.owner_events import (

@@ -26,8 +26,10 @@ from typing import Any, Final
 
 from appliance.raft.driver import Overloaded
 from appliance.raft.errors import NotLeader, ProposalRefused
-from appliance.runner.command_table import COMMANDS
+from appliance.runner.command_table import COMMANDS, MEMBERSHIP_ACTIONS
 from appliance.runner.operator import OperatorCommand, error_reply
+
+__all__ = ["MEMBERSHIP_ACTIONS", "configuration_view", "membership_reply"]
 
 MEMBERSHIP_TIMEOUT_S: Final = 10.0
 ETCD_REFUSAL: Final = (
