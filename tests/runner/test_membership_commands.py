@@ -169,3 +169,16 @@ def test_over_http_a_committed_change_shows_the_configuration() -> None:
     assert outcome.status == 200
     assert outcome.body["result"]["configuration"] == CONFIG
     assert "voter" in outcome.body["meaning"]
+
+
+def test_the_etcd_replication_has_none_of_the_membership_methods() -> None:
+    # The refusal above is what the runner answers on the etcd backend: it looks the method up.
+    from appliance.replication.etcd import EtcdReplication
+    from appliance.replication.raft_replication import RaftReplication
+    from appliance.runner.command_table import COMMANDS
+    from appliance.runner.membership_commands import MEMBERSHIP_ACTIONS
+
+    for action in MEMBERSHIP_ACTIONS:
+        method = COMMANDS[action].membership
+        assert method is not None and hasattr(RaftReplication, method)
+        assert not hasattr(EtcdReplication, method), method
