@@ -48,22 +48,26 @@ class RaftMember:
         on_fatal: Callable[[BaseException], None] | None = None,
         restore: RestoreHook | None = None,
     ) -> None:
-        voters = cfg.voters
+        voters = cfg.voters  # the genesis voters; the configuration in force is in the log
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
-        self.transport: HttpTransport | None = None
+        # Always a transport, even for a single voter: a member added at run time (add_voter)
+        # is reached at the address the committed configuration carries (driver._sync_peers).
         self.probe: PeerProbe | None = None
         if peers:
             self.probe = PeerProbe({peer: host_port(addr) for peer, addr in peers.items()})
-            self.transport = HttpTransport(
-                node_id=cfg.node_id,
-                peers=peers,
-                digest=contract_digest,
-                cluster_token=credentials.cluster,
-                ssl_context=cluster_client_context(cfg.tls),
-            )
+        self.transport: HttpTransport | None = HttpTransport(
+            node_id=cfg.node_id,
+            peers=peers,
+            digest=contract_digest,
+            cluster_token=credentials.cluster,
+            ssl_context=cluster_client_context(cfg.tls),
+        )
         self.replication = RaftReplication(
             node_id=cfg.node_id,
             voters=tuple(voters),
+            # A joining node starts as a learner of the genesis configuration; the leader's log
+            # or snapshot then tells it the configuration in force.
+            learners=(cfg.node_id,) if cfg.join else (),
             storage=storage,
             transport=self.transport or NoNetwork(),
             apply=apply,
@@ -119,10 +123,13 @@ class RaftMember:
             name=f"raft {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
             # Each peer may hold one worker while its request waits for our answer (one
-            # driver cycle); four more serve status reads and one-way messages meanwhile.
-            threads=4 + len(peers),
+            # driver cycle); four more serve status reads and one-way messages meanwhile, and
+            # two more leave room for members added at run time.
+            threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
-            peer_check=cluster_peer_check(voters) if cfg.tls is not None else None,
+            # Any member's certificate from the cluster CA, genesis or added at run time (the
+            # contract digest and the cluster bearer still gate every message).
+            peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:

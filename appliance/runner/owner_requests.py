@@ -38,10 +38,12 @@ from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Rep
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
 S = OccurrenceState
+_MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
 class RequestDecisions(AttemptDecisions):
     cfg: RunnerConfig
+    _genesis_cfg: RunnerConfig  # the genesis contract (``Owner``); amendments fold over it
     node_id: str
     epoch: int | None
     term: int
@@ -188,6 +190,8 @@ class RequestDecisions(AttemptDecisions):
             raise self._not_owner()
         raft = done.raft_status
         counts = self._read(lambda st: st.counts())
+        # The grant in force: the committed contract (genesis plus amendments), never the file.
+        remote = self._read(lambda st: contract_state.remote_in_force(self._genesis_cfg.remote, st))
         reply: dict[str, Any] = {
             "ok": True,
             "node": self.node_id,
@@ -195,12 +199,14 @@ class RequestDecisions(AttemptDecisions):
             "ownership": {"node": self.node_id, "epoch": self.epoch},
             "commit_index": raft.get("commit_index"),
             "applied_index": raft.get("applied_index"),
-            "grant_expires_at": format_utc(self.cfg.remote.expires_at),
-            "grant_expired": self._wall_s >= self.cfg.remote.expires_at.timestamp(),
+            "grant_expires_at": format_utc(remote.expires_at),
+            "grant_expired": self._wall_s >= remote.expires_at.timestamp(),
             # The contract in force: genesis plus committed amendments (issue 20).
             "contract": self._read(
-                lambda st: contract_state.contract_summary(self.cfg.remote, st)
+                lambda st: contract_state.contract_summary(self._genesis_cfg.remote, st)
             ),
+            # The Raft configuration in force and any change in flight (issue 20).
+            **{key: raft[key] for key in _MEMBERSHIP_STATUS if key in raft},
             "counts": {
                 "records": counts.records,
                 "outstanding": counts.outstanding,

@@ -87,11 +87,8 @@ def voter_observability(
         runner,
         metrics=metrics,
         store=store,
-        probe=VoterProbe(
-            peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)
-        )
-        if peers
-        else None,
+        # Even without genesis peers: it follows the configuration in force (add_voter).
+        probe=VoterProbe(peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)),
         worker_probe=WorkerProbe(
             cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
         ),
