@@ -105,7 +105,8 @@ def _runner_summary(cfg: RunnerConfig) -> list[str]:
     voters = ", ".join(f"{node}@{addr}" for node, addr in cfg.voters.items())
     management = "none" if cfg.management is None else str(cfg.management.addr)
     return [
-        f"runner node {cfg.node_id}; voters ({len(cfg.voters)}): {voters}",
+        f"runner node {cfg.node_id}{' (joins: not a genesis voter)' if cfg.join else ''}; "
+        f"genesis voters ({len(cfg.voters)}): {voters}",
         f"schedules: {len(cfg.schedules)} of at most {cfg.limits.schedules}",
         f"remote: {cfg.remote.url.url} namespace {cfg.remote.namespace} "
         f"worker {cfg.remote.worker_id}",

@@ -1,16 +1,23 @@
-"""``appliance admin renew-grant|amend-remote|amend-limits``: the contract amendments (issue 20).
+"""``appliance admin renew-grant|amend-remote|amend-limits|add-voter|promote-voter|remove-voter``.
 
-Each sends one command of the table (``renew_grant``, ``amend_remote``, ``amend_limits``) to the
-management listener with the *admin* credential (``management.admin_bearer_env``; the variable
+The admin commands of issue 20: the contract amendments and the Raft membership changes. Each
+sends one command of the table (``renew_grant``, ``amend_remote``, ``amend_limits``,
+``add_voter``, ``promote_voter``, ``remove_voter``) to the management listener with the *admin*
+credential (``management.admin_bearer_env``; the variable
 named by ``--token-env``, default ``MCP_SCHEDULER_ADMIN_TOKEN``), through the same endpoint
 handling as the other operator commands (admin_ops.py): loopback only, sent to the acquired
 owner, never re-sent after an ambiguous send. Values are checked again by the owner; a refusal
-is printed with its reason and exits 1.
+is printed with its reason and exits 1. ``promote-voter --wait-s S`` asks again, once a second for
+at most S seconds, while the refusal is "has not caught up" (the learner is still installing the
+leader's snapshot): that refusal is definite, so asking again is safe; nothing else is repeated.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
+import sys
+import time
 from typing import Any, Final
 
 from appliance.cli import admin_ops
@@ -36,6 +43,31 @@ def _limits(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, metavar="N", dest=name)
 
 
+def _add_voter(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", metavar="ID", help="the new node's node_id")
+    parser.add_argument(
+        "address", metavar="HOST:PORT", help="its cluster listener (advertise_addr:cluster_port)"
+    )
+
+
+def _promote_voter(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", metavar="ID", help="the learner's node_id")
+    parser.add_argument(
+        "--wait-s",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="ask again once a second, for at most S seconds, while the learner has not caught up",
+    )
+
+
+def _remove_voter(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", metavar="ID", help="the node_id to remove (the leader too)")
+
+
+CAUGHT_UP_REFUSAL: Final = "has not caught up"
+RETRY_INTERVAL_S: Final = 1.0
+
 _SPECS: Final = (
     ("renew-grant", "renew_grant", "renew the execution grant (new claims only)", _renew),
     (
@@ -45,11 +77,22 @@ _SPECS: Final = (
         _remote,
     ),
     ("amend-limits", "amend_limits", "change limits (lowering only when the state fits)", _limits),
+    ("add-voter", "add_voter", "a new node joins the Raft configuration as a learner", _add_voter),
+    ("promote-voter", "promote_voter", "a caught-up learner becomes a voter", _promote_voter),
+    (
+        "remove-voter",
+        "remove_voter",
+        "remove a voter or learner (the leader hands over)",
+        _remove_voter,
+    ),
 )
 _FIELDS: Final = {
     "renew_grant": ("expires_at", "timeout_seconds", "heap_mb", "session"),
     "amend_remote": ("url", "worker_id"),
     "amend_limits": LIMIT_FLAGS,
+    "add_voter": ("id", "address"),
+    "promote_voter": ("id",),
+    "remove_voter": ("id",),
 }
 
 
@@ -72,4 +115,16 @@ def command_fields(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
     args.command_fields = command_fields(args)
-    return admin_ops.run(args, stdin, stdout, stderr)
+    wait_s = max(0.0, float(getattr(args, "wait_s", 0.0) or 0.0))
+    if wait_s <= 0:
+        return admin_ops.run(args, stdin, stdout, stderr)
+    deadline = time.monotonic() + wait_s
+    while True:  # promote-voter --wait-s: only the definite "not caught up" refusal is repeated
+        out, err = io.StringIO(), io.StringIO()
+        code = admin_ops.run(args, stdin, out, err)
+        again = code != 0 and CAUGHT_UP_REFUSAL in err.getvalue()
+        if not again or time.monotonic() + RETRY_INTERVAL_S > deadline:
+            (stdout or sys.stdout).write(out.getvalue())
+            (stderr or sys.stderr).write(err.getvalue())
+            return code
+        time.sleep(RETRY_INTERVAL_S)

@@ -535,7 +535,7 @@ def _flatten(row: dict[str, Any], prefix: str = "") -> dict[str, str]:
         if isinstance(value, dict):
             flat.update(_flatten(value, f"{name}."))
         elif isinstance(value, list):
-            flat[name] = ",".join(str(item) for item in value)
+            flat[name] = ",".join(str(item) for item in value) or "-"  # "-": an empty list
         else:
             flat[name] = "-" if value is None else str(value)
     return flat

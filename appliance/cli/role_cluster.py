@@ -1,4 +1,6 @@
-"""``appliance cluster init --voters N --out DIR [--base-port P]``: write a loopback cluster.
+"""``appliance cluster init --voters N --out DIR [--base-port P]``: write a loopback cluster;
+``appliance cluster init --join DIR --node-id ID``: write the config (and, with TLS, the
+certificate) of a node that joins DIR's running cluster (appliance/cluster_init/joiner.py).
 
 Exit codes: 0 written; 1 the files could not be written (I/O); 2 invalid input, including an
 output directory that is not empty (nothing is written then). Credentials are never printed.
@@ -16,8 +18,59 @@ EXIT_FAILURE = 1
 EXIT_INVALID = 2
 
 
+def run_join(args: argparse.Namespace) -> int:
+    from appliance.cluster_init.joiner import plan_joiner, write_joiner
+    from appliance.cluster_init.layout import InvalidLayout
+    from appliance.cluster_init.readme import installed_command
+
+    cluster_dir = Path(args.join).expanduser().absolute()
+    if args.node_id is None:
+        print("appliance cluster init: --join needs --node-id ID (the new node)", file=sys.stderr)
+        return EXIT_INVALID
+    try:
+        files = plan_joiner(
+            cluster_dir,
+            args.node_id,
+            cluster_port=args.cluster_port,
+            admission_port=args.admission_port,
+            management_port=args.management_port,
+        )
+        written = write_joiner(files, cluster_dir)
+    except InvalidLayout as err:
+        print(f"appliance cluster init: {err}", file=sys.stderr)
+        return EXIT_INVALID
+    except OSError as err:
+        print(f"appliance cluster init: cannot write into {cluster_dir}: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    app = installed_command()
+    addrs = " ".join(f"--addr {a}" for a in files.management_addrs)
+    admission = files.config["admission_addr"]
+    scheme = "https" if files.tls_files else "http"
+    print(f"wrote the config of {files.node_id}, joining the cluster in {cluster_dir}:")
+    for path in written:
+        print(f"  {path.relative_to(cluster_dir)}")
+    print(
+        "next (docs/cluster.md, section 7):\n"
+        f"  1. start it:  {app} runner {cluster_dir / files.config_name}\n"
+        f"  2. add it:    {app} admin add-voter {files.node_id} {files.cluster_addr} {addrs}\n"
+        f"  3. promote:   {app} admin promote-voter {files.node_id} --wait-s 60 {addrs}\n"
+        f"  and add {scheme}://{admission} to the worker's admission_urls (restart the worker "
+        "when no attempt is running) so it can ask this node for permits once it leads"
+    )
+    return EXIT_OK
+
+
 def run_init(args: argparse.Namespace) -> int:
     from appliance.cluster_init.layout import InvalidLayout, lay_out
+
+    if args.join is not None:
+        if args.out is not None:
+            print("appliance cluster init: give either --out or --join", file=sys.stderr)
+            return EXIT_INVALID
+        return run_join(args)
+    if args.out is None:
+        print("appliance cluster init: --out DIR is required (or --join DIR)", file=sys.stderr)
+        return EXIT_INVALID
     from appliance.cluster_init.writer import OutputNotEmpty, check_output_dir, write_cluster
 
     out_dir = Path(args.out).expanduser().absolute()
@@ -66,7 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="N",
         help=f"number of voters: 1, 3, 5, 7 or 9 (default {VOTERS_DEFAULT})",
     )
-    init.add_argument("--out", required=True, metavar="DIR", help="absent or empty directory")
+    init.add_argument("--out", metavar="DIR", help="absent or empty directory")
     init.add_argument(
         "--base-port",
         type=int,
@@ -83,4 +136,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="plain HTTP on loopback (default: a cluster CA, node certificates, mutual TLS "
         "between voters and https to the worker and admission)",
     )
+    init.add_argument(
+        "--join",
+        metavar="DIR",
+        help="instead: write into DIR (a cluster init directory) the config of a new node that "
+        "joins its running cluster (with TLS, also its certificate from DIR/tls/ca.key)",
+    )
+    init.add_argument("--node-id", metavar="ID", help="with --join: the new node's id")
+    for kind in ("cluster", "admission", "management"):
+        init.add_argument(
+            f"--{kind}-port",
+            type=int,
+            metavar="N",
+            help=f"with --join: its {kind} port (default: the next free slot of the port plan)",
+        )
     init.set_defaults(func=run_init)

@@ -155,3 +155,14 @@ def write_public(path: Path, data: bytes) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+def load_authority(cert_pem: bytes, key_pem: bytes) -> Issued:
+    """The CA written by ``cluster init`` (``ca.pem``, ``ca.key``), to issue one more node."""
+    certificate = x509.load_pem_x509_certificate(cert_pem)
+    key = serialization.load_pem_private_key(key_pem, password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError("the CA key is not an ECDSA key written by cluster init")
+    if certificate.public_key().public_numbers() != key.public_key().public_numbers():
+        raise ValueError("the CA key does not match the CA certificate")
+    return Issued(certificate, key)

@@ -9,7 +9,9 @@ the cluster. Credentials are only *named* here (environment variable names);
 secret.
 
 Cross-field rules: peers have distinct ids, none equal to ``node_id``, and distinct addresses,
-none equal to this node's own ``advertise_addr:cluster_port``; initial ``schedules`` are checked
+none equal to this node's own ``advertise_addr:cluster_port``; with ``join: true`` (a node added to
+a running cluster, issue 20) ``peers`` lists every *genesis* voter (up to ``PEERS_MAX + 1``), this
+node is not one of them, and the backend is the built-in Raft; initial ``schedules`` are checked
 against the configured ``limits`` (their count and every ``CatchUp`` cap); ``raft`` timings keep
 ``heartbeat_ms < election_timeout_min_ms <= election_timeout_max_ms``.
 
@@ -73,7 +75,7 @@ from appliance.core.schema import (
 )
 
 CONFIG_FILE_BYTES_MAX: Final = 128 * 1024 * 1024  # 1,024 definitions of 64 KiB, escaped, fit
-PEERS_MAX: Final = 8  # at most 9 voters: fixed-voter Raft gains nothing from more
+PEERS_MAX: Final = 8  # at most 9 genesis voters: Raft gains nothing from more
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SESSION_PATTERN: Final = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no spaces: a log tag
 SESSION_BYTES_MAX: Final = 128
@@ -151,6 +153,11 @@ class RunnerConfig:
     raft: RaftTimings = field(default_factory=RaftTimings)
     replication: RaftBackend | EtcdBackend = RAFT
     tls: TlsConfig | None = None  # per node, not sealed (appliance/config/tls.py)
+    # Extension (issue 20): this node joins a running cluster. It is not a genesis voter:
+    # ``peers`` lists every genesis voter, so ``voters`` (the sealed mapping) is the genesis one
+    # and the store seals the same digest. It starts as a learner with an empty store; the
+    # leader adds it with ``add_voter`` (id, advertise_addr:cluster_port). Per node, not sealed.
+    join: bool = False
 
     @property
     def own_addr(self) -> HostPort:
@@ -158,9 +165,12 @@ class RunnerConfig:
 
     @property
     def voters(self) -> dict[str, HostPort]:
-        """Every voter (this node and its peers), id → cluster address."""
+        """The genesis voters, id → cluster address: this node and its peers, or, for a node
+        that joins, its peers only. After a membership change this is history, not the
+        configuration in force (that lives in the Raft log: ``status`` shows it)."""
         mapping = {peer.node_id: peer.addr for peer in self.peers}
-        mapping[self.node_id] = self.own_addr
+        if not self.join:
+            mapping[self.node_id] = self.own_addr
         return dict(sorted(mapping.items()))
 
 
@@ -207,6 +217,27 @@ def _check_peers(values: Any, path: str, problems: Problems) -> None:
             problems.add(here, f"repeats the address {peer.addr} of item {seen_addrs[peer.addr]}")
         seen_ids.setdefault(peer.node_id, i)
         seen_addrs.setdefault(peer.addr, i)
+
+
+def _check_join(values: Any, path: str, problems: Problems) -> None:
+    """A joining node names every genesis voter and uses the built-in Raft; a genesis voter
+    has at most ``PEERS_MAX`` peers (the peers list may hold one more for a joiner)."""
+    peers_path = join(path, "peers")
+    if not values["join"]:
+        if len(values["peers"]) > PEERS_MAX:
+            problems.add(
+                peers_path,
+                f"must hold from 0 to {PEERS_MAX} items (a joining node may list "
+                f"{PEERS_MAX + 1}), got {len(values['peers'])}",
+            )
+        return
+    if isinstance(values["replication"], EtcdBackend):
+        problems.add(
+            join(path, "join"),
+            "is for the built-in Raft only: on the etcd backend membership is etcd's business",
+        )
+    elif not values["peers"]:
+        problems.add(peers_path, "must list every genesis voter of the cluster this node joins")
 
 
 def _remote_rule() -> Obj:
@@ -300,7 +331,7 @@ RUNNER_RULE: Final = Obj(
         "advertise_addr": Field(Custom(host_rule), doc="host others dial for Raft"),
         "cluster_port": Field(Integer(1, 65535)),
         "peers": Field(
-            ListOf(Custom(_peer), max_items=PEERS_MAX), doc="other voters, id@host:port"
+            ListOf(Custom(_peer), max_items=PEERS_MAX + 1), doc="other voters, id@host:port"
         ),
         "data_dir": Field(DATA_DIR),
         "admission_addr": Field(Custom(listen_addr_rule), doc="admission listener host:port"),
@@ -313,10 +344,12 @@ RUNNER_RULE: Final = Obj(
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
         "replication": Field(REPLICATION, required=False, default=RAFT),
         "tls": Field(TLS_RULE, required=False, default=None),
+        "join": Field(Custom(boolean_rule), required=False, default=False),
     },
     build=RunnerConfig,
     checks=(
         CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
+        CrossCheck(("join", "peers", "replication"), _check_join),
         CrossCheck(("replication", "peers"), check_peers),
         CrossCheck(("management", "tls"), _check_management_tls),
     ),

@@ -7,6 +7,7 @@ strict: unknown fields are rejected, missing fields take the SPEC defaults, and 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -82,3 +83,14 @@ def parse_limits(obj: object, path: str = "") -> Limits:
 def limits_to_json(limits: Limits) -> dict[str, int]:
     """The JSON form, every field explicit (so the sealed contract does not depend on defaults)."""
     return asdict(limits)
+
+
+# The limits a listener checks against: fixed (tests, the local library) or read from the
+# committed state each time (a runner: ``amend_limits`` changes them without a restart).
+LimitsInForce = Limits | Callable[[], Limits]
+
+
+def limits_reader(limits: LimitsInForce) -> Callable[[], Limits]:
+    if isinstance(limits, Limits):
+        return lambda: limits
+    return limits

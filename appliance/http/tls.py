@@ -8,14 +8,17 @@ certificate when the server asks for one.
 
 Voter identity. A voter's certificate names its node id as a DNS subjectAltName of the form
 ``<node_id>.voter.appliance`` (``voter_name``); node ids are ``A-Za-z0-9_-`` and the name is
-compared exactly by our code, never by hostname rules. The cluster listener admits only a client
-certificate naming a voter of its cluster; the Raft client accepts only the certificate of the
-peer it dialled. Loading failures (missing file, wrong password-less key, key not matching the
-certificate) are ``TlsSetupError`` naming the file.
+compared exactly by our code, never by hostname rules. The cluster listener admits a client
+certificate from the cluster CA that names exactly one node id (a genesis voter or a member added
+at run time: the membership lives in the Raft log, and the contract digest and the cluster bearer
+still gate every message); the Raft client accepts only the certificate of the peer it dialled.
+Loading failures (missing file, wrong password-less key, key not matching the certificate) are
+``TlsSetupError`` naming the file.
 """
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Iterable
 from typing import Any, Protocol
@@ -120,6 +123,20 @@ def voter_of(cert: dict[str, Any] | None, voters: Iterable[str]) -> str | None:
     return matches[0] if len(matches) == 1 else None
 
 
+_NODE_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")  # the node id rule (config, Raft wire)
+
+
+def member_of(cert: dict[str, Any] | None) -> str | None:
+    """The node id this certificate names (``<id>.voter.appliance``), if it names exactly one."""
+    ids = [
+        name.removesuffix(VOTER_NAME_SUFFIX)
+        for name in dns_names(cert)
+        if name.endswith(VOTER_NAME_SUFFIX)
+    ]
+    valid = [node_id for node_id in ids if _NODE_ID.fullmatch(node_id)]
+    return valid[0] if len(ids) == 1 and len(valid) == 1 else None
+
+
 def check_voter(sock: ssl.SSLSocket, node_id: str) -> None:
     """Raise ``PeerIdentityError`` unless the (verified) peer certificate names ``node_id``."""
     if voter_name(node_id) not in dns_names(sock.getpeercert()):
@@ -136,8 +153,12 @@ def cluster_listener_context(tls: TlsConfig | None) -> ssl.SSLContext | None:
     return None if tls is None else server_context(tls, require_client_cert=True)
 
 
-def cluster_peer_check(voters: Iterable[str]) -> Any:
-    """The cluster port admits a client certificate only if it names a voter of this cluster."""
+def cluster_peer_check(voters: Iterable[str] | None = None) -> Any:
+    """The cluster port admits a client certificate (already verified against the cluster CA)
+    only if it names one node id: of ``voters`` when given, else any (members come and go by
+    membership change; the CA issues these names only to nodes of this cluster)."""
+    if voters is None:
+        return lambda cert: member_of(cert) is not None
     known = tuple(voters)
     return lambda cert: voter_of(cert, known) is not None
 

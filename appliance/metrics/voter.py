@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from appliance.config.addresses import parse_host_port
 from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
@@ -125,9 +126,40 @@ class RunnerReader:
         )
 
     def voters(self) -> list[VoterView]:
+        """The other voters of the configuration in force (genesis until a change), probed."""
         if self._probe is None:
             return []
-        return self._probe.views(self.raft_status().get("commit_index"))
+        status = self.raft_status()
+        in_force = peers_in_force(status, self._probe.genesis)
+        if in_force is not None:
+            self._probe.follow(in_force)
+        return self._probe.views(status.get("commit_index"))
+
+
+def peers_in_force(status: dict[str, Any], genesis: dict[str, Any]) -> dict[str, Any] | None:
+    """id -> cluster address of every voter of the configuration in force but this node (the
+    address a run-time member was added with, else its genesis one); None if not known."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, dict):
+        return None
+    added = configuration.get("addresses") or {}
+    out: dict[str, Any] = {}
+    for node in configuration.get("voters") or ():
+        if node == status.get("node_id"):
+            continue
+        if node in added:
+            out[node] = parse_host_port(str(added[node]))
+        elif node in genesis:
+            out[node] = genesis[node]
+    return out
+
+
+def voters_in_force(status: dict[str, Any]) -> int | None:
+    """How many voters the configuration in force has (None if not known)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, dict) or not configuration.get("voters"):
+        return None
+    return len(configuration["voters"])
 
 
 class WorkerProbe:
@@ -215,7 +247,9 @@ class VoterObservability:
             grant_expires_at=format_utc(reader.remote_in_force().expires_at),
             grant_seconds_left=reader.grant_seconds_left(),
             worker=None if self._worker_probe is None else self._worker_probe.view(),
-            voters_total=1 + len(peers) if self._probe is not None else len(cfg.voters),
+            # The configuration in force (a membership change moves it away from the genesis).
+            voters_total=voters_in_force(raft)
+            or (1 + len(peers) if self._probe is not None else len(cfg.voters)),
             compaction_behind=compaction_behind(reader.log_entries(), cfg),
             store_bytes=reader.store_bytes(),
             log_entries=reader.log_entries(),

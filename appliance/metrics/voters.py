@@ -44,6 +44,7 @@ class VoterProbe:
     ) -> None:
         """``ssl_context``: the peers' cluster ports speak mutual TLS (appliance.http.tls)."""
         self._peers = dict(sorted(peers.items()))
+        self._genesis = dict(self._peers)
         self._scheme = "https" if ssl_context is not None else "http"
         self._bearer = cluster_bearer
         self._timeout_ms = timeout_ms
@@ -56,14 +57,28 @@ class VoterProbe:
         )
         self._pool = ThreadPoolExecutor(max(1, len(self._peers)), thread_name_prefix="probe")
 
+    @property
+    def genesis(self) -> dict[str, HostPort]:
+        """The peers this probe was built with (the genesis voters but this one)."""
+        return dict(self._genesis)
+
+    def follow(self, peers: Mapping[str, HostPort]) -> None:
+        """Probe ``peers`` from now on: the voters of the configuration in force, after a
+        membership change (issue 20); a change drops the cached answers."""
+        wanted = dict(sorted(peers.items()))
+        with self._lock:
+            if wanted != self._peers:
+                self._peers = wanted
+                self._cached = None
+
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._client.close()
 
     def views(self, commit_index: int | None) -> list[VoterView]:
-        answers = self._answers()
+        peers, answers = self._answers()
         views = []
-        for (node_id, _addr), answer in zip(self._peers.items(), answers, strict=True):
+        for node_id, answer in zip(peers, answers, strict=True):
             if answer is None:
                 views.append(VoterView(node_id, reachable=False))
                 continue
@@ -84,15 +99,16 @@ class VoterProbe:
             )
         return views
 
-    def _answers(self) -> list[dict[str, Any] | None]:
+    def _answers(self) -> tuple[list[str], list[dict[str, Any] | None]]:
         with self._lock:
             now = self._clock()
+            peers = list(self._peers)
             if self._cached is not None and now - self._cached[0] < self._cache_s:
-                return self._cached[1]
+                return peers, self._cached[1]
             futures = [self._pool.submit(self._ask, addr) for addr in self._peers.values()]
             answers = [f.result() for f in futures]
             self._cached = (self._clock(), answers)
-            return answers
+            return peers, answers
 
     def _ask(self, addr: HostPort) -> dict[str, Any] | None:
         try:

@@ -61,6 +61,7 @@ from appliance.raft.messages import (
     Message,
     SnapshotChunk,
     SnapshotResponse,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -87,7 +88,8 @@ APPEND_KINDS = (
     SnapshotChunk,
     SnapshotResponse,
 )
-VOTE_KINDS = (VoteRequest, VoteResponse)
+# TimeoutNow (leadership transfer) starts an election: it travels with the votes (one-way).
+VOTE_KINDS = (VoteRequest, VoteResponse, TimeoutNow)
 # answered by one of ANSWER_KINDS
 QUESTION_KINDS = (VoteRequest, AppendRequest, Heartbeat, SnapshotChunk)
 # How long a request waits for its answer (normally one follower fsync); below the client's

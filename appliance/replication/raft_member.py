@@ -11,12 +11,14 @@ the voter's ``RunnerStore`` in production.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
-from appliance.http import HttpServer
+from appliance.http import HttpClient, HttpServer
 from appliance.http.tls import (
     cluster_client_context,
     cluster_listener_context,
@@ -30,7 +32,7 @@ from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
-from appliance.replication.voter_capabilities import VoterCapabilities
+from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
 
 
 class RaftMember:
@@ -46,22 +48,26 @@ class RaftMember:
         on_fatal: Callable[[BaseException], None] | None = None,
         restore: RestoreHook | None = None,
     ) -> None:
-        voters = cfg.voters
+        voters = cfg.voters  # the genesis voters; the configuration in force is in the log
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
-        self.transport: HttpTransport | None = None
+        # Always a transport, even for a single voter: a member added at run time (add_voter)
+        # is reached at the address the committed configuration carries (driver._sync_peers).
         self.probe: PeerProbe | None = None
         if peers:
             self.probe = PeerProbe({peer: host_port(addr) for peer, addr in peers.items()})
-            self.transport = HttpTransport(
-                node_id=cfg.node_id,
-                peers=peers,
-                digest=contract_digest,
-                cluster_token=credentials.cluster,
-                ssl_context=cluster_client_context(cfg.tls),
-            )
+        self.transport: HttpTransport | None = HttpTransport(
+            node_id=cfg.node_id,
+            peers=peers,
+            digest=contract_digest,
+            cluster_token=credentials.cluster,
+            ssl_context=cluster_client_context(cfg.tls),
+        )
         self.replication = RaftReplication(
             node_id=cfg.node_id,
             voters=tuple(voters),
+            # A joining node starts as a learner of the genesis configuration; the leader's log
+            # or snapshot then tells it the configuration in force.
+            learners=(cfg.node_id,) if cfg.join else (),
             storage=storage,
             transport=self.transport or NoNetwork(),
             apply=apply,
@@ -86,9 +92,19 @@ class RaftMember:
             "operator": credentials.operator,
             "recovery": credentials.recovery,
         }
-        # The version gate (appliance/capabilities.py): what every voter reports it can apply.
+        # The version gate (appliance/capabilities.py): what every member reports it can apply,
+        # asked over the cluster listener's own TLS (the CA and our client certificate).
+        tls_context = cluster_client_context(cfg.tls)
         self.capabilities = VoterCapabilities(
-            node_id=cfg.node_id, peers=peers, cluster_token=credentials.cluster
+            node_id=cfg.node_id,
+            peers=peers,
+            cluster_token=credentials.cluster,
+            client=HttpClient(
+                connect_timeout_ms=1_000, read_timeout_ms=2_000, ssl_context=tls_context
+            ),
+            scheme="http" if tls_context is None else "https",
+            members=lambda: configured_members(self.replication.status(), peers),
+            remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -107,10 +123,13 @@ class RaftMember:
             name=f"raft {cfg.node_id}",
             body_bytes_max=BODY_BYTES_MAX,
             # Each peer may hold one worker while its request waits for our answer (one
-            # driver cycle); four more serve status reads and one-way messages meanwhile.
-            threads=4 + len(peers),
+            # driver cycle); four more serve status reads and one-way messages meanwhile, and
+            # two more leave room for members added at run time.
+            threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
-            peer_check=cluster_peer_check(voters) if cfg.tls is not None else None,
+            # Any member's certificate from the cluster CA, genesis or added at run time (the
+            # contract digest and the cluster bearer still gate every message).
+            peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:
@@ -134,3 +153,17 @@ class RaftMember:
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()
+
+
+def configured_members(
+    status: Mapping[str, Any], genesis_peers: Mapping[str, str]
+) -> dict[str, str]:
+    """Every member of the configuration in force (voters and learners) → its cluster address:
+    the one its CONFIG entry carries (members added at run time), else the genesis mapping's;
+    "" when neither names one (it is still a member the gate waits for, never asked)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return dict(genesis_peers)
+    addresses = {**genesis_peers, **dict(configuration.get("addresses") or {})}
+    members = [*configuration.get("voters", ()), *configuration.get("learners", ())]
+    return {member: addresses.get(member, "") for member in members}

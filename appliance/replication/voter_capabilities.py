@@ -1,21 +1,34 @@
-"""``VoterCapabilities``: what each voter of the configuration reported it can apply.
+"""``VoterCapabilities``: what each member of the configuration reported it can apply.
 
 Every voter serves its own report (``appliance/capabilities.py``) on the cluster status route,
 behind the cluster bearer. This object asks each peer for it, off every hot path: a daemon thread
 polls each peer every ``poll_s`` (a changed binary shows up within one interval after its
 restart), and ``refusal(kind)`` answers from what it last heard, without I/O, so the owner's
-proposal path never waits for the network. A peer that cannot be reached keeps its last report: a
-restart with a new binary is what changes a report, and that restart is seen at the next
-successful poll.
+proposal path never waits for the network.
+
+Who is asked: every member of the configuration in force other than this node (voters and
+learners — a learner applies every entry too), from ``members()``; without it, the genesis peers.
+A member removed from the configuration is no longer asked nor waited for.
+
+What is remembered: a peer that cannot be reached keeps its last report, and the last reports are
+kept in ``remembered`` (a 0600 file in the data_dir), so an owner restarted while a peer is down
+still knows what that peer applies. Why that is safe: a report changes only when the peer restarts
+with another binary, and that restart is seen at its next successful poll; a peer rolled back to an
+older binary while unreachable would meet a kind it cannot apply and stop with a clear message
+(``Machine.apply``), never diverge. A missing, unreadable or malformed file is treated as no report
+at all (the gate then waits for the peer: the conservative side).
 
 Only the gate's answer depends on it; nothing replicated does (SPEC §2: apply never depends on it).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Final
 
 from appliance.capabilities import (
@@ -26,12 +39,16 @@ from appliance.capabilities import (
 )
 from appliance.config.credentials import Secret
 from appliance.http.client import ClientError, HttpClient
+from appliance.store.sqlite import fsync_dir
 
 log = logging.getLogger("appliance.replication.capabilities")
 
 POLL_S: Final = 5.0
 STATUS_PATH: Final = "/raft/v1/status"
 REPORT_BYTES_MAX: Final = 64 * 1024
+REMEMBERED_FILE: Final = "voter-reports.json"
+REMEMBERED_BYTES_MAX: Final = 1024 * 1024
+FILE_MODE: Final = 0o600
 
 
 class VoterCapabilities:
@@ -39,31 +56,35 @@ class VoterCapabilities:
         self,
         *,
         node_id: str,
-        peers: Mapping[str, str],  # peer id -> "host:port" of its cluster listener
+        peers: Mapping[str, str],  # genesis peer id -> "host:port" of its cluster listener
         cluster_token: Secret | None,
         client: HttpClient | None = None,
         scheme: str = "http",
         poll_s: float = POLL_S,
+        members: Callable[[], Mapping[str, str]] | None = None,
+        remembered: Path | None = None,
     ) -> None:
         self._node_id = node_id
-        self._peers = dict(peers)
+        genesis = dict(peers)
+        self._members = members or (lambda: genesis)
         self._token = cluster_token
         self._client = client or HttpClient(connect_timeout_ms=1_000, read_timeout_ms=2_000)
         self._scheme = scheme
         self._poll_s = poll_s
+        self._remembered = remembered
         self._lock = threading.Lock()
-        self._reports: dict[str, Capabilities | None] = {node_id: local_capabilities()}
-        self._reports.update({peer: None for peer in self._peers})
+        self._reports: dict[str, Capabilities] = self._load()
+        self._reports[node_id] = local_capabilities()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="voter-capabilities", daemon=True)
 
     @property
     def voters(self) -> tuple[str, ...]:
-        return (self._node_id, *self._peers)
+        """This node and every other member of the configuration in force."""
+        return (self._node_id, *(m for m in self._members() if m != self._node_id))
 
     def start(self) -> None:
-        if self._peers:
-            self._thread.start()
+        self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -72,22 +93,30 @@ class VoterCapabilities:
         self._client.close()
 
     def reports(self) -> dict[str, Capabilities | None]:
+        """The last report of every member (None: never heard from)."""
         with self._lock:
-            return dict(self._reports)
+            return {member: self._reports.get(member) for member in self.voters}
 
     def refusal(self, kind: str) -> str | None:
-        """Why ``kind`` may not be proposed yet (None: every voter can apply it)."""
+        """Why ``kind`` may not be proposed yet (None: every member can apply it)."""
         return gate_refusal(kind, self.voters, self.reports())
 
     def poll_once(self) -> None:
-        for peer, address in self._peers.items():
+        changed = False
+        for peer, address in self._members().items():
+            if peer == self._node_id or not address:
+                continue
             report = self._ask(peer, address)
-            if report is not None:
-                with self._lock:
-                    changed = self._reports.get(peer) != report
-                    self._reports[peer] = report
-                if changed:
-                    log.info("voter %s runs binary %s", peer, report.binary)
+            if report is None:
+                continue
+            with self._lock:
+                if self._reports.get(peer) == report:
+                    continue
+                self._reports[peer] = report
+            changed = True
+            log.info("voter %s runs binary %s", peer, report.binary)
+        if changed:
+            self._save()
 
     def _ask(self, peer: str, address: str) -> Capabilities | None:
         try:
@@ -111,3 +140,49 @@ class VoterCapabilities:
         while not self._stop.is_set():
             self.poll_once()
             self._stop.wait(self._poll_s)
+
+    # ---- the remembered reports ------------------------------------------------------------
+
+    def _load(self) -> dict[str, Capabilities]:
+        path = self._remembered
+        if path is None or not path.exists():
+            return {}
+        try:
+            if path.stat().st_size > REMEMBERED_BYTES_MAX:
+                raise ValueError(f"larger than {REMEMBERED_BYTES_MAX} bytes")
+            document = json.loads(path.read_text(encoding="utf-8"))
+            voters = document.get("voters") if isinstance(document, dict) else None
+            if not isinstance(voters, dict):
+                raise ValueError("expected an object with the field voters")
+            return {
+                str(peer): capabilities_from_json(report)
+                for peer, report in voters.items()
+                if peer != self._node_id
+            }
+        except (OSError, ValueError) as exc:
+            log.warning("remembered voter reports in %s ignored (%s); polling anew", path, exc)
+            return {}
+
+    def _save(self) -> None:
+        path = self._remembered
+        if path is None:
+            return
+        with self._lock:
+            voters = {
+                peer: report.to_json()
+                for peer, report in sorted(self._reports.items())
+                if peer != self._node_id
+            }
+        staging = path.with_name(path.name + ".writing")
+        try:
+            fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+            try:
+                os.fchmod(fd, FILE_MODE)
+                os.write(fd, json.dumps({"voters": voters}, sort_keys=True).encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(staging, path)
+            fsync_dir(path.parent)
+        except OSError as exc:  # the gate still works from memory; only a restart forgets
+            log.warning("voter reports not remembered in %s: %s", path, exc)

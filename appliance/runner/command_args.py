@@ -140,3 +140,42 @@ def plan_backfill_args(
         at_s,
         args.get("overlap", OverlapPolicy.QUEUE.value),
     )
+
+
+# ---- membership (issue 20): Raft entries, not Machine commands -------------------------------
+
+NODE_ID_CHARS: Final = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+)
+NODE_ID_CHARS_MAX: Final = 64  # the node id rule of the runner config and the Raft wire
+
+
+def check_voter_id(args: Mapping[str, Any]) -> None:
+    """``id``: a node id as the runner config spells them (1-64 of A-Za-z0-9_-)."""
+    node_id = args.get("id")
+    if not isinstance(node_id, str):
+        raise ArgumentError("id", "must be a node id string such as voter-4")
+    if not 0 < len(node_id) <= NODE_ID_CHARS_MAX or not set(node_id) <= NODE_ID_CHARS:
+        raise ArgumentError(
+            "id", f"must be 1-{NODE_ID_CHARS_MAX} characters of A-Za-z0-9_-", shape=False
+        )
+
+
+def check_add_voter(args: Mapping[str, Any]) -> None:
+    """``id`` as above; ``address``: the new member's cluster listener, ``host:port`` with a port
+    1-65535 that the other voters can dial (not 0.0.0.0 or ::)."""
+    from appliance.config.addresses import AddressError, is_unspecified_host, parse_host_port
+
+    check_voter_id(args)
+    address = args.get("address")
+    if not isinstance(address, str):
+        raise ArgumentError("address", "must be a string host:port")
+    try:
+        parsed = parse_host_port(address)
+    except AddressError as err:
+        raise ArgumentError("address", str(err), shape=False) from None
+    if is_unspecified_host(parsed.host):
+        raise ArgumentError(
+            "address", "must be an address the other voters can dial, not 0.0.0.0 or ::",
+            shape=False,
+        )

@@ -46,10 +46,14 @@ class CommandSpec:
     plan: Callable[..., Any] | None = None
     preview: bool = False  # planned by the owner and answered without being proposed
     schema_min_properties: int = 0  # e.g. update: the id and at least one field to change
+    # A membership change (issue 20): the ``RaftReplication`` method it calls directly (a Raft
+    # CONFIG entry, not a Machine command: no build, no apply, no version gate).
+    membership: str | None = None
 
     @property
     def mutates(self) -> bool:
-        return (self.build is not None or self.plan is not None) and not self.preview
+        changes = self.build is not None or self.plan is not None or self.membership is not None
+        return changes and not self.preview
 
     @property
     def required(self) -> tuple[str, ...]:
@@ -240,11 +244,48 @@ _AMENDMENT_ROWS: Final = (
         "always fits; lowering is refused while the current state holds more.",
     ),
 )
-_ROWS = (*_ROWS, *_AMENDMENT_ROWS)
+# Membership changes of the built-in Raft (issue 20, docs/cluster.md "Changing the voters"):
+# one server at a time; replacing a voter is add_voter, promote_voter, remove_voter.
+_MEMBERSHIP_ROWS: Final = (
+    CommandSpec(
+        "add_voter",
+        ("id", "address"),
+        role=ADMIN,
+        check=args.check_add_voter,
+        membership="add_learner",
+        description="Admin only: a new node (id, its cluster listener host:port) joins the Raft "
+        "configuration as a learner: it receives the log and snapshots but does not vote until "
+        "promote_voter. Start it first with a joining config (docs/cluster.md). One change at "
+        "a time; refused on the etcd backend.",
+    ),
+    CommandSpec(
+        "promote_voter",
+        ("id",),
+        role=ADMIN,
+        check=args.check_voter_id,
+        membership="promote",
+        description="Admin only: the learner id becomes a voter. Refused (definitely, nothing "
+        "changed) until it has caught up with the leader's commit index: ask again.",
+    ),
+    CommandSpec(
+        "remove_voter",
+        ("id",),
+        role=ADMIN,
+        check=args.check_voter_id,
+        membership="remove",
+        description="Admin only: remove a voter or learner from the Raft configuration. "
+        "Removing the leader hands leadership over once the change commits. The removed node "
+        "stops voting; stop its process afterwards.",
+    ),
+)
+_ROWS = (*_ROWS, *_AMENDMENT_ROWS, *_MEMBERSHIP_ROWS)
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}
 MUTATIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.mutates)
 RECOVERY_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == RECOVERY)
 PREVIEWS: Final = frozenset(a for a, row in COMMANDS.items() if row.preview)
 ADMIN_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == ADMIN)
+MEMBERSHIP_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.membership)
+# The contract amendments: admin commands the owner commits as Machine commands.
+AMENDMENT_ACTIONS: Final = ADMIN_ACTIONS - MEMBERSHIP_ACTIONS
 # The plain reads (status, list): what the admin credential may do besides amending.
 READS: Final = frozenset(a for a, row in COMMANDS.items() if not row.mutates and not row.preview)

@@ -35,6 +35,11 @@ from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
+from appliance.runner.membership_commands import (
+    MEMBERSHIP_ACTIONS,
+    configuration_view,
+    membership_reply,
+)
 from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.runner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.runner.owner_events import (
@@ -205,14 +210,25 @@ class Runner:
                 self._requests.pop(request, None)
 
     def operator(self, command: OperatorCommand) -> dict[str, Any]:
-        """Run one operator command on the loop; one JSON-able reply."""
+        """Run one operator command on the loop; one JSON-able reply. A membership change is a
+        Raft entry, not a Machine command: it goes to the replication directly, from here."""
+        if command.action in MEMBERSHIP_ACTIONS:
+            return membership_reply(self.replication, command, self.log)
         try:
-            return self._call(lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S)  # type: ignore[no-any-return]
+            reply: dict[str, Any] = self._call(
+                lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S
+            )
         except Exception:  # a timeout, or a failure inside the loop: the outcome is unknown
             fields: dict[str, Any] = {}
             if command.action in MUTATIONS:
                 fields = {"outcome": "uncertain", "retry_safe": False}
             return error_reply(503, "unavailable", "the runner did not answer in time", **fields)
+        if command.action == "status" and reply.get("status") == 409:
+            # A follower, a learner or a removed voter: say which, and why it does not lead.
+            seen = configuration_view(self.replication)
+            if seen.get("member_status"):
+                reply.setdefault("error", {})["member_status"] = seen["member_status"]
+        return reply
 
     def admit(self, binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
         """The admission route's call: (HTTP status, body without the protocol field)."""

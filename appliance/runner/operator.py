@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from appliance.core.errors import CoreError, InvalidDefinition
+from appliance.protocol.v1 import ID_MAX
 from appliance.runner.command_args import ArgumentError
 from appliance.runner.command_table import COMMANDS, MUTATIONS
 
@@ -65,8 +66,9 @@ def error_reply(status: int, code: str, message: str, **fields: Any) -> dict[str
 
 
 def _id(value: Any, name: str) -> int:
-    if type(value) is not int or value < 1:
-        raise OperatorError(400, "invalid_command", f"{name}: must be a positive integer id")
+    if type(value) is not int or not 1 <= value <= ID_MAX:
+        message = f"{name}: must be an integer id in [1, {ID_MAX}]"
+        raise OperatorError(400, "invalid_command", message)
     return value
 
 

@@ -30,6 +30,7 @@ from appliance.config.rfc3339 import parse_rfc3339
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
+from appliance.protocol import v1
 from appliance.runner import dispatch_outcome, ownership
 from appliance.runner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.binding import execution_id
@@ -379,17 +380,17 @@ class AttemptDecisions(SerialCore):
         ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}
         answer = result.result if isinstance(result, CancelResult) else None
         now_s = self._now_s()
-        if answer == "stopped":
+        if answer == v1.CANCEL_STOPPED:
             yield from self._commit_quietly(
                 core.ConfirmCancelled(work.occurrence_id, work.attempt, now_s), "outcome", **ids
             )
-        elif answer == "fenced_before_consume":
+        elif answer == v1.CANCEL_FENCED_BEFORE_CONSUME:
             yield from self._commit_quietly(
                 ownership.fence_after_cancel_command(self.cfg.remote.namespace, record, now_s),
                 "outcome",
                 **ids,
             )
-        elif answer == "completed" and isinstance(result, CancelResult):
+        elif answer == v1.CANCEL_COMPLETED and isinstance(result, CancelResult):
             status = (result.report or {}).get("status")
             outcome = OUTCOME_OF_STATUS.get(str(status))
             if outcome is None or outcome == "lost":

@@ -21,6 +21,7 @@ from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
+from appliance.protocol import v1
 from appliance.runner import contract_state, ownership
 from appliance.runner.applied import Refused
 from appliance.runner.command_table import ADMIN_ACTIONS, PREVIEWS
@@ -37,10 +38,12 @@ from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Rep
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
 S = OccurrenceState
+_MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
 class RequestDecisions(AttemptDecisions):
     cfg: RunnerConfig
+    _genesis_cfg: RunnerConfig  # the genesis contract (``Owner``); amendments fold over it
     node_id: str
     epoch: int | None
     term: int
@@ -64,7 +67,11 @@ class RequestDecisions(AttemptDecisions):
 
     def _not_owner_answer(self, message: str) -> tuple[int, dict[str, Any]]:
         return 409, {
-            "error": {"code": "not_owner", "message": message, "leader_hint": self.leader_hint}
+            "error": {
+                "code": v1.ADMIT_NOT_OWNER_CODE,
+                "message": message,
+                "leader_hint": self.leader_hint,
+            }
         }
 
     def _admit(self, request: int, binding: Mapping[str, Any], incarnation: str) -> None:
@@ -91,7 +98,7 @@ class RequestDecisions(AttemptDecisions):
         except NotOwner:
             reply = self._not_owner_answer("ownership lost")
         except Uncertain as exc:
-            reply = 503, {"error": {"code": "uncertain", "message": str(exc)}}
+            reply = 503, {"error": {"code": v1.ADMIT_UNCERTAIN_CODE, "message": str(exc)}}
         else:
             reply = ownership.admit_answer(result)
         self._answer_admission(request, binding, reply)
@@ -183,6 +190,8 @@ class RequestDecisions(AttemptDecisions):
             raise self._not_owner()
         raft = done.raft_status
         counts = self._read(lambda st: st.counts())
+        # The grant in force: the committed contract (genesis plus amendments), never the file.
+        remote = self._read(lambda st: contract_state.remote_in_force(self._genesis_cfg.remote, st))
         reply: dict[str, Any] = {
             "ok": True,
             "node": self.node_id,
@@ -190,12 +199,14 @@ class RequestDecisions(AttemptDecisions):
             "ownership": {"node": self.node_id, "epoch": self.epoch},
             "commit_index": raft.get("commit_index"),
             "applied_index": raft.get("applied_index"),
-            "grant_expires_at": format_utc(self.cfg.remote.expires_at),
-            "grant_expired": self._wall_s >= self.cfg.remote.expires_at.timestamp(),
+            "grant_expires_at": format_utc(remote.expires_at),
+            "grant_expired": self._wall_s >= remote.expires_at.timestamp(),
             # The contract in force: genesis plus committed amendments (issue 20).
             "contract": self._read(
-                lambda st: contract_state.contract_summary(self.cfg.remote, st)
+                lambda st: contract_state.contract_summary(self._genesis_cfg.remote, st)
             ),
+            # The Raft configuration in force and any change in flight (issue 20).
+            **{key: raft[key] for key in _MEMBERSHIP_STATUS if key in raft},
             "counts": {
                 "records": counts.records,
                 "outstanding": counts.outstanding,

@@ -25,6 +25,7 @@ from appliance.core import state as core
 from appliance.core.binding import Invocation, binding_from_json, binding_to_json
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
+from appliance.protocol import v1
 from appliance.runner.applied import Accepted, Refused
 from appliance.runner.dispatch_outcome import Committed, Fence
 
@@ -150,7 +151,8 @@ def admit_answer(result: Accepted | Refused) -> tuple[int, dict[str, Any]]:
     """The admission route's answer for a committed ``Admit``: the permit, or 403 with a code."""
     if isinstance(result, Refused):
         code = getattr(result.error, "code", None)
-        if not isinstance(result.error, core.AdmissionRefused) or not isinstance(code, str):
+        admission = isinstance(result.error, core.AdmissionRefused)
+        if not admission or code not in v1.ADMIT_REFUSED_CODES:
             code = "binding_mismatch"  # a malformed request for a permit: refused, definitely
         return 403, _error(code, result.message)
     granted: core.Granted = result.value

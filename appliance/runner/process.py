@@ -177,7 +177,12 @@ class RunnerProcess:
             from appliance.runner.management.wiring import ManagementService
 
             self.management = ManagementService(
-                cfg, credentials, self.runner, metrics=self.metrics, store=store
+                cfg,
+                credentials,
+                self.runner,
+                metrics=self.metrics,
+                store=store,
+                limits=lambda: self.machine.read(lambda st: st.limits),  # amend_limits
             )
 
     def _on_fatal(self, exc: BaseException) -> None:

@@ -290,7 +290,75 @@ def test_malformed_peers_are_reported_by_index(peer: object) -> None:
 def test_up_to_eight_peers_are_accepted_and_nine_are_not() -> None:
     peers = [f"p{i}@10.1.0.{i}:7000" for i in range(1, 10)]
     assert len(parse_runner_config(with_("peers", peers[:8])).voters) == 9
-    assert problems_of(with_("peers", peers)) == [("peers", "must hold from 0 to 8 items, got 9")]
+    assert problems_of(with_("peers", peers)) == [
+        ("peers", "must hold from 0 to 8 items (a joining node may list 9), got 9")
+    ]
+
+
+# ---- a node that joins a running cluster (issue 20) -------------------------------------------
+
+
+def joiner_dict(node_id: str = "n4", port: int = 4504) -> dict[str, Any]:
+    """A node that joins the cluster of runner_dict(): every genesis voter is its peer."""
+    doc = runner_dict()
+    genesis = parse_runner_config(runner_dict()).voters
+    doc.update(
+        node_id=node_id,
+        cluster_port=port,
+        join=True,
+        peers=[f"{n}@{addr}" for n, addr in genesis.items()],
+        data_dir=f"/var/lib/appliance/{node_id}",
+    )
+    return doc
+
+
+def test_a_joining_node_seals_the_genesis_voters_and_so_the_same_digest() -> None:
+    from appliance.config.contract import contract_digest
+
+    genesis = parse_runner_config(runner_dict())
+    joiner = parse_runner_config(joiner_dict())
+    assert joiner.join is True and genesis.join is False
+    assert joiner.node_id not in joiner.voters
+    assert joiner.voters == genesis.voters
+    assert contract_digest(joiner) == contract_digest(genesis)
+    assert joiner.own_addr == HostPort(genesis.advertise_addr, 4504)
+
+
+def test_a_joining_node_may_list_nine_genesis_voters_and_not_ten() -> None:
+    peers = [f"p{i}@10.1.0.{i}:7000" for i in range(1, 11)]
+    doc = joiner_dict()
+    doc["peers"] = peers[:9]
+    assert len(parse_runner_config(doc).voters) == 9
+    doc["peers"] = peers
+    assert problems_of(doc) == [("peers", "must hold from 0 to 9 items, got 10")]
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"peers": []}, ("peers", "must list every genesis voter of the cluster this node joins")),
+        ({"join": "yes"}, ("join", 'must be true or false, got "yes"')),
+        (
+            {"peers": ["n4@10.0.0.9:4504"]},
+            ("peers[0]", "must not name this node (n4); list only the others"),
+        ),
+    ],
+)
+def test_a_joining_config_is_refused_naming_the_field(
+    change: dict[str, Any], problem: tuple[str, str]
+) -> None:
+    doc = joiner_dict()
+    doc.update(change)
+    assert problem in problems_of(doc)
+
+
+def test_join_is_refused_on_the_etcd_backend() -> None:
+    doc = joiner_dict()
+    doc["peers"] = []
+    etcd = {"kind": "etcd", "endpoints": ["http://127.0.0.1:2379"], "prefix": "/appliance/a"}
+    doc["replication"] = etcd
+    found = problems_of(doc)
+    assert any(path == "join" and "etcd's business" in message for path, message in found), found
 
 
 @pytest.mark.parametrize(

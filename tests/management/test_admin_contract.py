@@ -101,3 +101,102 @@ def test_every_command_of_the_table_has_a_reply_meaning() -> None:
     from appliance.runner.management.replies import MEANING
 
     assert set(MEANING) == set(COMMANDS)
+
+
+class CatchingUp:
+    """A replication whose learner catches up after ``refusals`` promote attempts."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.calls: list[tuple[str, ...]] = []
+
+    def add_learner(self, node_id: str, address: str, *, timeout_s: float) -> None:
+        self.calls.append(("add_learner", node_id, address))
+
+    def promote(self, node_id: str, *, timeout_s: float) -> None:
+        from appliance.raft.errors import ProposalRefused
+
+        self.calls.append(("promote", node_id))
+        if self.refusals > 0:
+            self.refusals -= 1
+            raise ProposalRefused(f"learner {node_id} has not caught up: it holds the log up to 3")
+
+    def remove(self, node_id: str, *, timeout_s: float) -> None:
+        self.calls.append(("remove", node_id))
+
+    def status(self) -> dict[str, Any]:
+        return {"configuration": {"voters": ["v1"], "learners": []}, "config_index": 2}
+
+
+class MembershipRunner(AmendingRunner):
+    def __init__(self, replication: CatchingUp) -> None:
+        super().__init__()
+        self.replication = replication
+
+    def _member(self, command: dict[str, Any]) -> dict[str, Any]:
+        from appliance.runner.membership_commands import membership_reply
+        from appliance.runner.operator import OperatorCommand
+
+        args = {k: v for k, v in command.items() if k != "action"}
+        reply = membership_reply(self.replication, OperatorCommand(command["action"], args), self)
+        return reply if reply.get("ok") is False else {k: v for k, v in reply.items() if k != "ok"}
+
+    _add_voter = _promote_voter = _remove_voter = _member
+
+    def emit(self, event: str, **fields: Any) -> None:  # the decision log membership_reply uses
+        pass
+
+
+@pytest.fixture
+def member_listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[CatchingUp, int]]:
+    replication = CatchingUp(refusals=2)
+    runner = MembershipRunner(replication)
+    gateway = BoundedCommandQueue()
+    consumer = ThreadedConsumer(gateway, runner.handle).start()
+    tokens = {**TOKENS, "admin": ADMIN_TOKEN}
+    live = ManagementListener(HostPort("127.0.0.1", 0), gateway, tokens, Limits(), threads=2)
+    live.start()
+    monkeypatch.setenv(admin_contract.ADMIN_TOKEN_ENV, ADMIN_TOKEN)
+    monkeypatch.setenv(admin_ops.OPERATOR_TOKEN_ENV, TOKENS["operator"])
+    yield replication, live.port
+    live.stop()
+    consumer.stop()
+
+
+def test_the_voter_subcommands_send_their_fields_with_the_admin_credential(
+    member_listener,
+) -> None:
+    replication, port = member_listener
+    code, out, _ = run(port, ["add-voter", "v4", "127.0.0.1:7104", "--json"])
+    assert code == 0 and json.loads(out)["result"]["configuration"]["voters"] == ["v1"]
+    code, _, err = run(port, ["promote-voter", "v4"])  # no --wait-s: one refusal, exit 1
+    assert code == 1 and "HTTP 422" in err and "has not caught up" in err
+    assert run(port, ["remove-voter", "v1"])[0] == 0
+    code, _, err = run(port, ["remove-voter", "v2", "--token-env", admin_ops.OPERATOR_TOKEN_ENV])
+    assert code == 1 and "HTTP 403" in err
+    assert replication.calls == [
+        ("add_learner", "v4", "127.0.0.1:7104"),
+        ("promote", "v4"),
+        ("remove", "v1"),
+    ]
+
+
+def test_promote_voter_wait_asks_again_only_while_the_learner_catches_up(member_listener) -> None:
+    replication, port = member_listener
+    code, _out, err = run(port, ["promote-voter", "v4", "--wait-s", "5"])
+    assert code == 0, err
+    assert replication.calls == [("promote", "v4")] * 3  # two definite refusals, then committed
+    assert err == ""
+
+
+def test_the_voter_tools_are_listed_to_the_admin_credential_only() -> None:
+    names = {
+        role: {t["name"] for t in visible_tools(role, Limits())}
+        for role in ("operator", "recovery", "admin")
+    }
+    voters = {"scheduler_add_voter", "scheduler_promote_voter", "scheduler_remove_voter"}
+    assert voters <= names["admin"]
+    assert not voters & (names["operator"] | names["recovery"])
+    add = next(t for t in visible_tools("admin", Limits()) if t["name"] == "scheduler_add_voter")
+    assert add["inputSchema"]["required"] == ["id", "address"]
+    assert add["inputSchema"]["properties"]["id"]["type"] == "string"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from appliance.core.limits import Limits
@@ -9,7 +11,9 @@ from appliance.runner import operator
 from appliance.runner.command_table import (
     ADMIN,
     ADMIN_ACTIONS,
+    AMENDMENT_ACTIONS,
     COMMANDS,
+    MEMBERSHIP_ACTIONS,
     MUTATIONS,
     READS,
     RECOVERY,
@@ -26,9 +30,12 @@ def test_every_surface_carries_exactly_the_rows_of_the_table() -> None:
     assert [spec["action"] for spec in tool_specs(Limits()).values()] == list(COMMANDS)
     assert operator.MUTATIONS == commands.MUTATIONS == MUTATIONS
     built = {a for a, spec in COMMANDS.items() if spec.build is not None or spec.plan is not None}
-    assert built - {"backfill_preview"} == MUTATIONS  # a preview is planned, never proposed
+    # A preview is planned, never proposed; a membership change is a Raft entry, not a command.
+    assert (built - {"backfill_preview"}) | MEMBERSHIP_ACTIONS == MUTATIONS
     assert {"acknowledge_stopped"} == RECOVERY_ACTIONS
-    assert {"renew_grant", "amend_remote", "amend_limits"} == ADMIN_ACTIONS
+    assert {"renew_grant", "amend_remote", "amend_limits"} == AMENDMENT_ACTIONS
+    assert {"add_voter", "promote_voter", "remove_voter"} == MEMBERSHIP_ACTIONS
+    assert AMENDMENT_ACTIONS | MEMBERSHIP_ACTIONS == ADMIN_ACTIONS
     everything = frozenset(COMMANDS)
     assert commands.allowed_actions("operator") == everything - RECOVERY_ACTIONS - ADMIN_ACTIONS
     # The recovery credential attests quiescence; it does not reconfigure (issue 20).
@@ -60,6 +67,62 @@ def test_an_amendment_passes_its_given_fields_and_omits_the_optional_ones() -> N
 BUILT_WITHOUT_STATE = sorted(
     a for a in MUTATIONS - {"create"} - ADMIN_ACTIONS if COMMANDS[a].plan is None
 )
+
+
+@pytest.mark.parametrize("role", ["operator", "recovery"])
+@pytest.mark.parametrize("action", sorted(MEMBERSHIP_ACTIONS))
+def test_only_the_admin_credential_changes_the_voters(role: str, action: str) -> None:
+    document = {"action": action, "id": "voter-4", "address": "127.0.0.1:7104"}
+    if action != "add_voter":
+        del document["address"]
+    with pytest.raises(commands.Refused) as refused:
+        commands.check_command(document, role, Limits())
+    assert (refused.value.status, refused.value.code) == (403, "admin_required")
+    assert commands.check_command(document, ADMIN, Limits()) == document
+    assert operator.parse_operator(json.dumps(document)).args == {
+        k: v for k, v in document.items() if k != "action"
+    }
+
+
+@pytest.mark.parametrize(
+    ("document", "field", "problem"),
+    [
+        ({"action": "add_voter", "id": "voter-4"}, "address", "required"),
+        ({"action": "add_voter", "address": "127.0.0.1:1"}, "id", "required"),
+        ({"action": "add_voter", "id": 4, "address": "127.0.0.1:1"}, "id", "node id string"),
+        ({"action": "add_voter", "id": "", "address": "127.0.0.1:1"}, "id", "1-64 characters"),
+        ({"action": "add_voter", "id": "a" * 65, "address": "h:1"}, "id", "1-64 characters"),
+        ({"action": "add_voter", "id": "v@4", "address": "h:1"}, "id", "1-64 characters"),
+        ({"action": "add_voter", "id": "v4", "address": 7104}, "address", "host:port"),
+        ({"action": "add_voter", "id": "v4", "address": "127.0.0.1"}, "address", "host:port"),
+        ({"action": "add_voter", "id": "v4", "address": "h:0"}, "address", "port"),
+        ({"action": "add_voter", "id": "v4", "address": "h:65536"}, "address", "port"),
+        ({"action": "add_voter", "id": "v4", "address": "0.0.0.0:7104"}, "address", "dial"),
+        ({"action": "promote_voter", "id": "v 4"}, "id", "1-64 characters"),
+        ({"action": "remove_voter", "id": None}, "id", "node id string"),
+        ({"action": "remove_voter", "id": "v4", "address": "h:1"}, "address", "unknown field"),
+    ],
+)
+def test_membership_arguments_are_refused_naming_the_field(
+    document: dict[str, object], field: str, problem: str
+) -> None:
+    with pytest.raises(commands.Refused) as refused:
+        commands.check_command(document, ADMIN, Limits())
+    assert refused.value.status == 400
+    assert refused.value.message.startswith(f"{field}: "), refused.value.message
+    assert problem in refused.value.message
+    with pytest.raises(operator.OperatorError) as stdin_refused:  # stdin: the same check
+        operator.parse_operator(json.dumps(document))
+    assert stdin_refused.value.message.startswith(f"{field}: ")
+
+
+def test_membership_ids_at_the_length_boundary_and_ports_at_their_edges_pass() -> None:
+    for document in (
+        {"action": "promote_voter", "id": "a" * 64},
+        {"action": "add_voter", "id": "v_4-x", "address": "h:1"},
+        {"action": "add_voter", "id": "v4", "address": "[::1]:65535"},
+    ):
+        assert commands.check_command(document, ADMIN, Limits()) == document
 
 
 @pytest.mark.parametrize("action", BUILT_WITHOUT_STATE)
@@ -112,3 +175,14 @@ def test_a_planned_mutation_builds_its_core_command_from_the_state_and_calendar(
 def test_a_read_only_command_builds_no_core_command() -> None:
     with pytest.raises(operator.OperatorError):
         operator.build_mutation(operator.OperatorCommand("status", {}), 1, lambda d: d)
+
+
+def test_an_id_is_accepted_up_to_the_wire_limit_and_refused_one_above() -> None:
+    from appliance.protocol.v1 import ID_MAX
+
+    at_limit = {"action": "cancel", "occurrence_id": ID_MAX}
+    assert commands.check_command(at_limit, "operator", Limits()) == at_limit
+    over = {"action": "cancel", "occurrence_id": ID_MAX + 1}
+    expected = rf"occurrence_id: must be an integer id in \[1, {ID_MAX}\]"
+    with pytest.raises(commands.Refused, match=expected):
+        commands.check_command(over, "operator", Limits())

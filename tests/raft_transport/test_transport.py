@@ -28,6 +28,7 @@ from appliance.raft.messages import (
     Heartbeat,
     HeartbeatResponse,
     Message,
+    TimeoutNow,
     VoteRequest,
     VoteResponse,
 )
@@ -190,6 +191,14 @@ def test_a_message_is_delivered_and_acknowledged_202_on_a_kept_alive_connection(
     assert http.connections_opened == 1
 
 
+def test_a_leader_handing_over_reaches_the_recipient_on_the_vote_route(server, http, follower):
+    # Found by the real-process membership test: TimeoutNow went to the append route (400).
+    handover = TimeoutNow("a", "b", 4)
+    response = http.post(url(server, path_for(handover)), encode(handover, DIGEST), bearer=CLUSTER)
+    assert (response.status, response.body) == (202, b"")
+    assert follower.delivered == [handover]
+
+
 def test_a_huge_body_without_the_bearer_never_reaches_the_inbox(server, http, follower):
     response = http.post(url(server, APPEND_PATH), b"\0" * (15 * 1024 * 1024))
     assert response.status == 401
@@ -246,6 +255,7 @@ def test_another_contract_is_refused_and_logged_loudly_once_per_peer_per_minute(
 def test_messages_travel_on_their_routes_and_only_heartbeats_coalesce():
     assert path_for(VOTE) == VOTE_PATH
     assert path_for(VoteResponse("b", "a", 4, True, True)) == VOTE_PATH
+    assert path_for(TimeoutNow("a", "b", 4)) == VOTE_PATH  # a leader handing over
     for message in (AppendRequest("a", "b", 4, 8, 3, (), 7), ack(1), Heartbeat("a", "b", 4, 7, 1)):
         assert path_for(message) == APPEND_PATH
     assert coalesce_key_for(Heartbeat("a", "b", 4, 7, 1)) == "heartbeat"

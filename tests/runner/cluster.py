@@ -202,13 +202,19 @@ class Cluster:
         raft: dict[str, int] | None = FAST_RAFT,
         replication: dict[str, Any] | None = None,
         expires_at: str = "2099-01-01T00:00:00Z",
+        spare: int = 0,
     ) -> None:
         self.root = root
-        ids = [f"v{i}" for i in range(1, size + 1)]
-        ports = free_ports(2 * size + 1)
-        cluster_ports = dict(zip(ids, ports[:size], strict=True))
-        self.admission_ports = dict(zip(ids, ports[size : 2 * size], strict=True))
+        # ``spare`` nodes that may join later (``joiner``): ports now, so the worker knows their
+        # admission routes from the start.
+        ids = [f"v{i}" for i in range(1, size + spare + 1)]
+        ports = free_ports(2 * len(ids) + 1)
+        cluster_ports = dict(zip(ids, ports[: len(ids)], strict=True))
+        self.admission_ports = dict(zip(ids, ports[len(ids) : 2 * len(ids)], strict=True))
         worker_port = ports[-1]
+        self._spare = ids[size:]
+        ids = ids[:size]
+        self.genesis = list(ids)
         self.voters: dict[str, Voter] = {}
         self.replication = replication
         on_etcd = replication is not None and replication.get("kind") == "etcd"
@@ -223,7 +229,7 @@ class Cluster:
                 else [
                     f"{other}@127.0.0.1:{p}"
                     for other, p in cluster_ports.items()
-                    if other != node_id
+                    if other in ids and other != node_id
                 ],
                 "data_dir": str(root / node_id),
                 "admission_addr": f"127.0.0.1:{self.admission_ports[node_id]}",
@@ -254,8 +260,30 @@ class Cluster:
             config.write_text(json.dumps(doc))
             self.voters[node_id] = Voter(node_id, config, root / f"{node_id}.log", time_scale)
         self.cluster_ports = cluster_ports
+        self.time_scale = time_scale
         self.worker = Worker(root, worker_port, list(self.admission_ports.values()))
         self.with_worker = worker
+
+    def joiner(self, template: str = "v1") -> Voter:
+        """The next spare node as a Voter whose config joins this cluster (``join: true``: every
+        genesis voter is its peer, so it seals the same contract); not started."""
+        node_id = self._spare.pop(0)
+        doc = json.loads(self.voters[template].config.read_text())
+        genesis = [f"{n}@127.0.0.1:{self.cluster_ports[n]}" for n in self.genesis]
+        doc.update(
+            node_id=node_id,
+            cluster_port=self.cluster_ports[node_id],
+            peers=genesis,
+            data_dir=str(self.root / node_id),
+            admission_addr=f"127.0.0.1:{self.admission_ports[node_id]}",
+            join=True,
+        )
+        doc.pop("management", None)
+        config = self.root / f"{node_id}.json"
+        config.write_text(json.dumps(doc))
+        voter = Voter(node_id, config, self.root / f"{node_id}.log", self.time_scale)
+        self.voters[node_id] = voter
+        return voter
 
     def start(self) -> Cluster:
         if self.with_worker:

@@ -33,8 +33,9 @@ from typing import Any, Final, Protocol
 import falcon
 
 from appliance.config.credentials import RunnerCredentials
-from appliance.core.limits import Limits
+from appliance.core.limits import LimitsInForce, limits_reader
 from appliance.http import ApiError, create_app, read_json_object
+from appliance.protocol.v1 import ID_DIGITS_MAX, ID_MAX
 from appliance.runner.management.commands import Refused, check_command
 from appliance.runner.management.gateway import CommandGateway
 from appliance.runner.management.mcp_endpoint import McpEndpoint
@@ -60,7 +61,6 @@ HEALTH_PATH: Final = "/scheduler/v1/health"
 OCCURRENCE_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}"
 OUTPUT_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}/output"
 HISTORY_PATH: Final = "/scheduler/v1/schedules/{schedule_id}/history"
-ID_DIGITS_MAX: Final = 19  # ids fit in 63 bits; a longer path segment is not one of ours
 
 
 class ViewReply(Protocol):
@@ -149,9 +149,11 @@ class _Read:
 class _Commands:
     """``POST /scheduler/v1/commands``: one tagged command (the stdin document)."""
 
-    def __init__(self, gateway: CommandGateway, limits: Limits, options: ManagementOptions) -> None:
+    def __init__(
+        self, gateway: CommandGateway, limits: LimitsInForce, options: ManagementOptions
+    ) -> None:
         self._gateway = gateway
-        self._limits = limits
+        self._limits = limits_reader(limits)
         self._options = options
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -164,7 +166,7 @@ class _Commands:
             send(resp, error_outcome(exc.status_code, exc.error_code, exc.message))
             return
         try:
-            command = check_command(document, role, self._limits)
+            command = check_command(document, role, self._limits())
         except Refused as refused:
             action = str(document.get("action"))[:32]  # client text: bounded, repr'd
             log.info("management: refused %r (%s): %s", action, role, refused.code)
@@ -184,8 +186,13 @@ class _Commands:
 
 def _path_id(value: str, name: str) -> int:
     """A path segment that must be a positive id (400 naming it otherwise)."""
-    if not (value.isascii() and value.isdigit()) or len(value) > ID_DIGITS_MAX or int(value) < 1:
-        raise ApiError(400, "invalid_id", f"{name}: must be a positive integer id")
+    # The digit count bounds int() before the value is compared with the wire's one id limit.
+    if (
+        not (value.isascii() and value.isdigit())
+        or len(value) > ID_DIGITS_MAX
+        or not 1 <= int(value) <= ID_MAX
+    ):
+        raise ApiError(400, "invalid_id", f"{name}: must be an integer id in [1, {ID_MAX}]")
     return int(value)
 
 
@@ -250,7 +257,7 @@ def observability_routes(views: Observability) -> dict[str, Any]:
 def create_management_app(
     gateway: CommandGateway,
     credentials: RunnerCredentials | Mapping[str, Secret | str | None],
-    limits: Limits,
+    limits: LimitsInForce,
     options: ManagementOptions | None = None,
     observability: Observability | None = None,
 ) -> falcon.App:

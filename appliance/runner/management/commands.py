@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.limits import Limits
+from appliance.protocol.v1 import ID_MAX  # the one id limit of the wire: no larger id exists
 from appliance.runner.command_args import ArgumentError
 from appliance.runner.command_table import (
     ADMIN_ACTIONS,
@@ -32,14 +33,13 @@ from appliance.runner.command_table import (
     RECOVERY_ACTIONS,
 )
 
-__all__ = ["MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
+__all__ = ["ID_MAX", "MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
 
 # action → argument fields (the stdin document without ``action``); order is documentation order.
 # The rows live in appliance/runner/command_table.py.
 COMMAND_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     action: spec.fields for action, spec in COMMANDS.items()
 }
-ID_MAX: Final = 2**63 - 1  # ids are increasing integers; anything larger is not one of ours
 
 
 class Refused(Exception):
@@ -110,7 +110,7 @@ def _shape(message: str, field: str | None) -> Refused:
 def _positive_id(value: Any, field: str) -> int:
     # bool is an int in Python; true is not an id.
     if type(value) is not int or not 1 <= value <= ID_MAX:
-        raise _shape(f"{field}: must be a positive integer id", field)
+        raise _shape(f"{field}: must be an integer id in [1, {ID_MAX}]", field)
     return value
 
 

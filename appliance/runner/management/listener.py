@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from appliance.config.addresses import HostPort, is_loopback_host
 from appliance.config.credentials import RunnerCredentials
-from appliance.core.limits import Limits
+from appliance.core.limits import LimitsInForce
 from appliance.http import HttpServer
 from appliance.runner.management.app import (
     ManagementOptions,
@@ -36,7 +36,7 @@ class ManagementListener:
         addr: HostPort,
         gateway: CommandGateway,
         credentials: RunnerCredentials | Mapping[str, Secret | str | None],
-        limits: Limits,
+        limits: LimitsInForce,
         options: ManagementOptions | None = None,
         *,
         threads: int = 8,

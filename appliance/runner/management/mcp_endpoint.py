@@ -57,7 +57,7 @@ from mcp_types.jsonrpc import (
 )
 from pydantic import ValidationError
 
-from appliance.core.limits import Limits
+from appliance.core.limits import Limits, LimitsInForce, limits_reader
 from appliance.http import read_body
 from appliance.runner.management.commands import ID_MAX, Refused, check_arguments
 from appliance.runner.management.gateway import CommandGateway
@@ -152,15 +152,15 @@ class McpEndpoint:
     def __init__(
         self,
         gateway: CommandGateway,
-        limits: Limits,
+        limits: LimitsInForce,
         reply_timeout_s: float,
         views: Any = None,
     ) -> None:
         self._views = views  # a live voter's observability: enables the extension tool
         self._gateway = gateway
-        self._limits = limits
+        self._limits = limits_reader(limits)
         self._reply_timeout_s = reply_timeout_s
-        self._specs = tool_specs(limits)
+        self._specs: tuple[Limits | None, dict[str, Any]] = (None, {})
         self._server_info = {"name": SERVER_NAME, "version": _server_version()}
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -271,7 +271,7 @@ class McpEndpoint:
 
     def _tools_list(self, role: str) -> dict[str, Any]:
         return {
-            "tools": visible_tools(role, self._limits, extensions=self._views is not None),
+            "tools": visible_tools(role, self._limits(), extensions=self._views is not None),
             "resultType": "complete",
             "ttlMs": 0,
             # The list depends on the credential: never share it across authorization contexts.
@@ -282,14 +282,17 @@ class McpEndpoint:
         name = params.get("name")
         if name == OCCURRENCE_TOOL and self._views is not None:
             return self._occurrence(params.get("arguments"))
-        spec = self._specs.get(name) if isinstance(name, str) else None
+        limits = self._limits()
+        if self._specs[0] != limits:  # an amend_limits changed them: describe the new ones
+            self._specs = (limits, tool_specs(limits))
+        spec = self._specs[1].get(name) if isinstance(name, str) else None
         if spec is None:
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
         arguments = params.get("arguments")
         if arguments is None:
             arguments = {}
         try:
-            command = check_arguments(spec["action"], arguments, role, self._limits)
+            command = check_arguments(spec["action"], arguments, role, limits)
         except Refused as refused:
             if refused.shape:
                 raise RpcError(INVALID_PARAMS, refused.message) from None
@@ -317,7 +320,7 @@ class McpEndpoint:
             if value is None and key == "attempt":
                 continue
             if type(value) is not int or not 1 <= value <= ID_MAX:
-                raise RpcError(INVALID_PARAMS, f"{key}: must be a positive integer id")
+                raise RpcError(INVALID_PARAMS, f"{key}: must be an integer id in [1, {ID_MAX}]")
             ids[key] = value
         if "attempt" in ids:
             reply = self._views.output(ids["occurrence_id"], ids["attempt"])

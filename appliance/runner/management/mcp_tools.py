@@ -154,7 +154,23 @@ _EXTENSION_FIELDS: Final[Mapping[str, Mapping[str, Any]]] = {
 }
 
 
+# The membership commands' fields (issue 20; command_args.check_add_voter checks them).
+_MEMBERSHIP_FIELDS: Final[Mapping[str, dict[str, Any]]] = {
+    "id": {
+        "type": "string",
+        "pattern": "^[A-Za-z0-9_-]{1,64}$",
+        "description": "the node id, as in its runner config (node_id)",
+    },
+    "address": {
+        "type": "string",
+        "description": "the new node's cluster listener host:port (advertise_addr:cluster_port)",
+    },
+}
+
+
 def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, Any]:
+    if spec.membership is not None and field in _MEMBERSHIP_FIELDS:
+        return dict(_MEMBERSHIP_FIELDS[field])
     if field in spec.id_fields:
         return dict(_ID)
     if field == "definition":

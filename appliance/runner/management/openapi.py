@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from appliance.core.limits import Limits
+from appliance.protocol.v1 import ID_MAX
 from appliance.runner.management.app import (
     COMMANDS_PATH,
     HEALTH_PATH,
@@ -53,7 +54,7 @@ def _id_parameter(name: str) -> dict[str, Any]:
         "name": name,
         "in": "path",
         "required": True,
-        "schema": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+        "schema": {"type": "integer", "minimum": 1, "maximum": ID_MAX},
     }
 
 

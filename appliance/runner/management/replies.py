@@ -69,7 +69,15 @@ MEANING: Final[Mapping[str, str]] = {
     "claimed keep the authority they were bound with",
     "amend_remote": "the remote change was committed; the owner sends the next dispatch there",
     "amend_limits": "the limits change was committed; it applies to the next command",
+    # Raft membership (issue 20): committed CONFIG entries, answered with the configuration.
+    "add_voter": "the node joined the Raft configuration as a learner (committed): it receives "
+    "the log and does not vote until promote_voter",
+    "promote_voter": "the learner is a voter (committed); quorums count it from now on",
+    "remove_voter": "the node left the Raft configuration (committed); it no longer votes or "
+    "campaigns: stop its process",
 }
+# What an uncertain membership answer carries besides the verdict: what this voter sees now.
+_MEMBERSHIP_SEEN: Final = ("configuration", "config_index", "config_change_pending", "leader")
 
 MUTATION_ACTIONS: Final = frozenset(MEANING) - {"status", "list"}
 
@@ -176,6 +184,13 @@ def run_command(
         log.exception("management: %s failed after queue admission", action)
         return _uncertain(action, command)
     reply = dict(reply)
+    if reply.get("outcome") == "uncertain" and reply.get("status") == 503:
+        error = reply.get("error") if isinstance(reply.get("error"), Mapping) else {}
+        seen = {key: error[key] for key in _MEMBERSHIP_SEEN if key in error}
+        if seen:  # a membership change whose commit is not known: show what is in force now
+            outcome = _uncertain(action, command)
+            outcome.body.update(seen)
+            return outcome
     if reply.get("ok") is False:
         # A loop that answers with the stdin error shape instead of raising.
         if reply.get("status") == 409:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
+from appliance.core.limits import LimitsInForce
 from appliance.http.tls import (
     cluster_client_context,
     origin_client_context,
@@ -86,11 +87,8 @@ def voter_observability(
         runner,
         metrics=metrics,
         store=store,
-        probe=VoterProbe(
-            peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)
-        )
-        if peers
-        else None,
+        # Even without genesis peers: it follows the configuration in force (add_voter).
+        probe=VoterProbe(peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)),
         worker_probe=WorkerProbe(
             cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
         ),
@@ -109,6 +107,7 @@ class ManagementService:
         *,
         metrics: RunnerMetrics | None = None,
         store: Any = None,
+        limits: LimitsInForce | None = None,
     ) -> None:
         if cfg.management is None:
             raise ValueError("the config has no management section")
@@ -121,7 +120,7 @@ class ManagementService:
             cfg.management.addr,
             self.gateway,
             credentials,
-            cfg.limits,
+            cfg.limits if limits is None else limits,  # a runner passes the committed ones
             options,
             observability=self.observability,
             ssl_context=plain_listener_context(cfg.tls) if cfg.management.tls else None,
