@@ -185,6 +185,8 @@ class Owner(RequestDecisions):
         else:
             self._handle_now(event)
         self._drain_backlog()
+        if self._chain is None:
+            self._pace()  # send what waits for the worker's capacity (owner_pacing.py)
         out, self._out = self._out, []
         return out
 
@@ -230,6 +232,8 @@ class Owner(RequestDecisions):
                 fn()
         elif isinstance(event, ExecAnswered | ObserveAnswered | CancelAnswered):
             self._worker_answered(event)
+        elif isinstance(event, ProposalDone) and event.token in self._notes:
+            self._note_done(event.token, event.outcome)
         elif isinstance(event, ProposalDone) and event.token in self._admissions:
             request, binding = self._admissions.pop(event.token)
             self._admit_done(request, binding, event.outcome)

@@ -31,15 +31,15 @@ from appliance.runner.operator import (
     build_mutation,
     error_reply,
 )
-from appliance.runner.owner_attempts import AttemptDecisions
 from appliance.runner.owner_contract import amendment_args
 from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Reply
+from appliance.runner.owner_pacing import PacedDispatch
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
 S = OccurrenceState
 
 
-class RequestDecisions(AttemptDecisions):
+class RequestDecisions(PacedDispatch):
     cfg: RunnerConfig
     node_id: str
     epoch: int | None
@@ -203,6 +203,8 @@ class RequestDecisions(AttemptDecisions):
                 "by_state": counts.by_state,
             },
         }
+        # Paced dispatch (owner_pacing.py): in flight at the worker, waiting for its capacity.
+        reply["dispatch"] = self.pacing_view()
         paused = self._read(core.paused_since)
         reply["paused"] = None if paused is None else {"since": instant_text(paused)}
         if self.time_scale != 1.0:

@@ -106,6 +106,10 @@ class WorkerService:
         return self._core.mark_lost_executions()
 
     def execute(self, request: ExecRequest) -> Answer:
+        """The exec, its answer stating the engine's capacity (the owner paces by it)."""
+        return self._core.with_capacity(self._execute(request))
+
+    def _execute(self, request: ExecRequest) -> Answer:
         refusal = self._core.check_binding(request.binding)
         if refusal is not None:
             return refusal
@@ -138,4 +142,4 @@ class WorkerService:
     def observe(self, invocation: Invocation) -> Answer:
         with self._locks.hold(invocation):
             record = self._core.settle(invocation)
-        return self._core.observation(invocation, record)
+        return self._core.with_capacity(self._core.observation(invocation, record))

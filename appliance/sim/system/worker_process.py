@@ -76,6 +76,7 @@ class WorkerProcess:
             on_launch=lambda request: sim.ledger.on_launch(
                 request.execution_id, incarnation, self.disk, self.clock.wall_s()
             ),
+            slots=sim.engine_slots,
         )
         self.engines[incarnation] = self.engine
         self.admission = AdmissionClient(
@@ -135,7 +136,7 @@ class WorkerProcess:
                 reply(Answer(404, v1.error_document("unknown_execution", "not an id")))
                 return
             answer = self.run(lambda: core.observation(invocation, core.settle(invocation)))
-            reply(answer)
+            reply(None if answer is None else core.with_capacity(answer))
             return
         if route == "cancel":
             try:
@@ -159,9 +160,9 @@ class WorkerProcess:
             return
         step = self.run(lambda: core.begin_exec(exec_request))
         if step is None or isinstance(step, Answer):
-            reply(step)
+            reply(None if step is None else core.with_capacity(step))
             return
-        self._permit(step, reply)
+        self._permit(step, lambda answer: reply(_capacity(self.core, answer)))
 
     def _permit(self, step: Reserving, reply: Callable[[Answer | None], None]) -> None:
         sim = self.sim
@@ -192,3 +193,10 @@ class WorkerProcess:
                 reply(self.run(finish))
 
         ask(next(steps))
+
+
+def _capacity(core: LaunchCore | None, answer: Answer | None) -> Answer | None:
+    """The answer stating the engine's capacity, as the process driver sends it."""
+    if answer is None or core is None:
+        return answer
+    return core.with_capacity(answer)

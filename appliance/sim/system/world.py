@@ -106,6 +106,8 @@ class SystemSim:
         self.expires_at_s = START_S + (
             rng.randint(120, 600) if rng.random() < 0.3 else 10 * 365 * 86_400
         )
+        # The engine's slots: one or two make claimed work wait for capacity (paced dispatch).
+        self.engine_slots = rng.choice((1, 2, 4))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
         self.worker = WorkerProcess(self)
