@@ -44,6 +44,7 @@ SANS_IO = [
     "owner_serial.py",
     "owner_attempts.py",
     "owner_requests.py",
+    "owner_pacing.py",
     "owner_events.py",
     "applied.py",
     "worker_answers.py",
