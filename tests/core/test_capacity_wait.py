@@ -64,7 +64,8 @@ def test_a_note_of_another_epoch_is_refused_and_changes_nothing() -> None:
 def test_a_note_listing_none_or_too_many_is_refused(count: int) -> None:
     state = owned_state()
     claim(state)
-    rejected(state, NoteCapacityWait(1, tuple((1, 1) for _ in range(count)), T0 + 2), InvalidCommand)
+    pairs = tuple((1, 1) for _ in range(count))
+    rejected(state, NoteCapacityWait(1, pairs, T0 + 2), InvalidCommand)
 
 
 def test_the_longest_note_is_accepted() -> None:
