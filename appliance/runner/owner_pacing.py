@@ -204,6 +204,8 @@ class PacedDispatch(AttemptDecisions):
         if not self._waiting and not self._to_note:
             return
         if self.epoch is None:
+            if self._waiting:
+                self._emit_log("capacity_waiting_cleared", dropped=len(self._waiting), waiting=0)
             self._waiting.clear()  # the takeover fences them (no permit): nothing to send
             self._to_note.clear()
             return

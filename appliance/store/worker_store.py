@@ -43,6 +43,7 @@ from appliance.protocol.v1 import Invocation, check_invocation_key
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
+from appliance.store.group_sync import GroupSync
 from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
@@ -148,6 +149,10 @@ class WorkerStore(OpenedStore):
         super().__init__(conn, lock, path, created)
         self.namespace = namespace
         self.incarnation_id = incarnation_id
+        # Group commit (module doc): commits write the -wal without an fsync of their own and
+        # wait for a shared one; opening was FULL, so every earlier commit is durable already.
+        self._sync = GroupSync(path.with_name(path.name + "-wal"))
+        conn.execute("PRAGMA synchronous=NORMAL")
 
     @classmethod
     def create_or_open(
@@ -203,23 +208,33 @@ class WorkerStore(OpenedStore):
 
     @contextmanager
     def _write(self, durable: bool) -> Iterator[apsw.Connection]:
-        """One transaction; without its own fsync when ``durable`` is False (module doc)."""
+        """One transaction under the store lock; when ``durable``, returns only once it is
+        durable — its fsync shared with the concurrent commits (group commit, module doc)."""
+        with self._lock:
+            with transaction(self._db) as db:
+                yield db
+            seq = self._sync.committed()
         if durable:
-            with transaction(self._db) as db:
-                yield db
-            return
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            with transaction(self._db) as db:
-                yield db
-        finally:
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._sync.wait(seq)
+
+    @contextmanager
+    def _read(self) -> Iterator[apsw.Connection]:
+        """A read under the store lock that returns only once everything it could see is
+        durable: nothing another caller committed leaves the process before its fsync."""
+        with self._lock:
+            yield self._db
+            seq = self._sync.latest()
+        self._sync.wait(seq)
+
+    def close(self) -> None:
+        super().close()
+        self._sync.close()
 
     # ----------------------------------------------------------------- incarnations
     def incarnations(self) -> list[tuple[str, int]]:
         """Every (incarnation_id, opened_at_ms), oldest first; the last one is this process."""
         result = []
-        with self._lock:
+        with self._read():
             for seq, incarnation_id, opened_at_ms, stored in self._db.execute(
                 "SELECT seq, incarnation_id, opened_at_ms, checksum FROM incarnation ORDER BY seq"
             ):
@@ -268,7 +283,7 @@ class WorkerStore(OpenedStore):
 
     def get(self, invocation: Invocation) -> InvocationRecord | None:
         """The durable record of ``invocation``, ``None`` if nothing was ever recorded for it."""
-        with self._lock:
+        with self._read():
             return self._load(invocation)
 
     def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
@@ -281,7 +296,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_binding = json.loads(canonical_json(binding))
-        with self._lock, transaction(self._db):
+        with self._write(True):
             existing = self._load(invocation)
             if existing is not None and existing.binding is not None:
                 if existing.binding != canonical_binding:
@@ -309,7 +324,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_permit = json.loads(canonical_json(permit))
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._require_reserved(invocation)
             if record.permit is not None:
                 if record.permit != canonical_permit:
@@ -343,7 +358,7 @@ class WorkerStore(OpenedStore):
         ``already_consumed`` (a second consume, also across restarts).
         """
         self._check_namespace(invocation)
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._require_reserved(invocation)
             if record.consumed is not None:
                 raise WorkerRecordRefused(
@@ -393,7 +408,7 @@ class WorkerStore(OpenedStore):
         reservation creates a record, so a later reserve finds it fenced and consume refuses.
         """
         self._check_namespace(invocation)
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._load(invocation) or _empty_record(invocation)
             if record.fence is not None:
                 return record
@@ -422,7 +437,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_receipt = json.loads(canonical_json(receipt))
-        with self._lock, self._write(durable):
+        with self._write(durable):
             record = self._require_reserved(invocation)
             if record.consumed is None:
                 raise WorkerRecordRefused(
@@ -476,7 +491,7 @@ class WorkerStore(OpenedStore):
         )
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._lock:
+        with self._read():
             return self._load_execution(execution_id)
 
     def update_execution(
@@ -509,7 +524,7 @@ class WorkerStore(OpenedStore):
         result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
         error = None if error is None else well_formed(error)
         canonical_json(result)  # refuse a result that is not JSON before anything is written
-        with self._lock, self._write(durable):
+        with self._write(durable):
             current = self._load_execution(execution_id)
             if current is None:
                 raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
@@ -536,7 +551,7 @@ class WorkerStore(OpenedStore):
     def unfinished_from_previous_incarnations(self) -> list[ExecutionRecord]:
         """Executions not finished whose incarnation is not this one: they were running when an
         earlier incarnation died (the worker should record them as ``lost``)."""
-        with self._lock:
+        with self._read():
             rows = self._db.execute(
                 "SELECT execution_id, namespace, schedule_id, occurrence_id, attempt, "
                 "incarnation_id, status, record, output, checksum FROM execution "
