@@ -18,8 +18,9 @@ exactly what FULL's own fsync at commit does, only shared. A caller returns from
 once its commit is durable, so "each step is durable before the next one starts" holds per
 caller. SQLite keeps the -wal consistent under NORMAL by itself (a checkpoint syncs the -wal
 before it copies and the database before the -wal restarts), so NORMAL plus this fsync loses
-nothing FULL keeps. Readers call ``wait(latest())`` too, so nothing another caller committed and
-a reader saw leaves the process before it is durable.
+nothing FULL keeps. A reader waits for the commit that last wrote what it read (the store
+keeps that number per record), so nothing another caller committed and a reader saw leaves the
+process before it is durable.
 
 Not sans-I/O: it owns the -wal file descriptor (opened once, on the first fsync — the file
 exists after the first commit — never closed before the store's connection is closed, so no
@@ -57,6 +58,10 @@ class GroupSync:
     def latest(self) -> int:
         with self._cond:
             return self._written
+
+    def durable(self) -> int:
+        with self._cond:
+            return self._synced
 
     def wait(self, seq: int) -> None:
         """Return once every commit numbered up to ``seq`` is durable (module doc)."""

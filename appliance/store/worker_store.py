@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 EXECUTION_OUTPUT_BYTES_MAX = 256 * 1024
+WRITTEN_KEYS_MAX = 4096  # entries kept for the read barrier before the durable ones are dropped
 EXECUTION_STATUSES = (
     "submitted",
     "running",
@@ -152,6 +153,8 @@ class WorkerStore(OpenedStore):
         # Group commit (module doc): commits write the -wal without an fsync of their own and
         # wait for a shared one; opening was FULL, so every earlier commit is durable already.
         self._sync = GroupSync(path.with_name(path.name + "-wal"))
+        self._written_by: dict[Any, int] = {}  # record key -> the commit that last wrote it
+        self._keys: list[Any] = []  # the keys the transaction in progress writes
         conn.execute("PRAGMA synchronous=NORMAL")
 
     @classmethod
@@ -211,20 +214,32 @@ class WorkerStore(OpenedStore):
         """One transaction under the store lock; when ``durable``, returns only once it is
         durable — its fsync shared with the concurrent commits (group commit, module doc)."""
         with self._lock:
+            self._keys = []
             with transaction(self._db) as db:
                 yield db
             seq = self._sync.committed()
+            for key in self._keys:  # what this commit wrote: a reader of it waits for it
+                self._written_by[key] = seq
+            self._forget_durable_keys()
         if durable:
             self._sync.wait(seq)
 
     @contextmanager
-    def _read(self) -> Iterator[apsw.Connection]:
-        """A read under the store lock that returns only once everything it could see is
-        durable: nothing another caller committed leaves the process before its fsync."""
+    def _read(self, key: Any = None) -> Iterator[apsw.Connection]:
+        """A read under the store lock that returns only once what it read is durable: the
+        commit that last wrote ``key`` (every commit so far when ``key`` is None). So nothing a
+        caller committed leaves the process in another caller's answer before its fsync, and a
+        read of a record nobody is writing never waits."""
         with self._lock:
             yield self._db
-            seq = self._sync.latest()
+            seq = self._sync.latest() if key is None else self._written_by.get(key, 0)
         self._sync.wait(seq)
+
+    def _forget_durable_keys(self) -> None:
+        """Bound ``_written_by``: an entry whose commit is durable can never make a read wait."""
+        if len(self._written_by) > WRITTEN_KEYS_MAX:
+            durable = self._sync.durable()
+            self._written_by = {k: v for k, v in self._written_by.items() if v > durable}
 
     def close(self) -> None:
         super().close()
@@ -273,6 +288,7 @@ class WorkerStore(OpenedStore):
     def _save(self, record: InvocationRecord) -> None:
         body = canonical_json(record.body())
         key = record.invocation.key()
+        self._keys.append(key)
         self._db.execute(
             "INSERT INTO invocation (namespace, schedule_id, occurrence_id, attempt, record, "
             "checksum) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, schedule_id, "
@@ -283,7 +299,7 @@ class WorkerStore(OpenedStore):
 
     def get(self, invocation: Invocation) -> InvocationRecord | None:
         """The durable record of ``invocation``, ``None`` if nothing was ever recorded for it."""
-        with self._read():
+        with self._read(invocation.key()):
             return self._load(invocation)
 
     def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
@@ -464,6 +480,7 @@ class WorkerStore(OpenedStore):
         return _execution_from_row(self.path, rows[0]) if rows else None
 
     def _save_execution(self, execution: ExecutionRecord) -> None:
+        self._keys.append(execution.execution_id)
         body = canonical_json(
             {
                 "created_at_ms": execution.created_at_ms,
@@ -491,7 +508,7 @@ class WorkerStore(OpenedStore):
         )
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._read():
+        with self._read(execution_id):
             return self._load_execution(execution_id)
 
     def update_execution(
@@ -513,8 +530,6 @@ class WorkerStore(OpenedStore):
         a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
-        if not durable and status in TERMINAL_STATUSES:
-            raise ValueError(f"a terminal status ({status}) is always written durably")
         if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
             raise ValueError(
                 f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"

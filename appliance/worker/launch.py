@@ -516,6 +516,10 @@ class LaunchCore:
                 output=report.output.encode("utf-8"),
                 result=outcome_document(report),
                 error=report.error,
+                # The engine thread does not wait for the fsync (its child goes back to the
+                # pool sooner): every read of the record waits for it (group commit), so no
+                # answer reveals an outcome before it is durable (docs/worker.md).
+                durable=False,
             )
         except WorkerRecordRefused as exc:
             if exc.reason != "execution_finished":  # a repeated terminal report is expected
