@@ -33,12 +33,17 @@ worker's own statement also gives room (``room``): free slots and queue room les
 answered since, so a count that is too high (an execution the worker lost while its record still
 reads ``running``) never stalls the queue.
 
-Before the worker has stated anything (a fresh owner) one attempt is sent alone as the probe; a
-protocol-1 answer without ``capacity`` (an older worker) switches pacing off — the owner then
-dispatches exactly as before pacing existed — and one with it paces. Every answer updates it
-(a restarted worker with other limits). A ``pool_full`` answer stays the backstop, re-sent as
+Before the worker has stated anything (a fresh owner) one exec at a time is sent, as the probe
+(an answer that says nothing — a reset, a timeout — lets the next one go); a protocol-1 answer
+without ``capacity`` (an older worker) switches pacing off — the owner then dispatches exactly
+as before pacing existed — and one with it paces. Every answer updates it (a restarted worker
+with other limits). A ``pool_full`` answer stays the backstop, re-sent as
 before: it can still happen when something the owner does not count holds the pool (a deposed
 owner's reservation whose permit request is still in flight).
+
+Outcomes are committed without holding every other event (``_commit_quietly`` below), as
+admissions are: a burst's outcomes share Raft appends, and the next waiting attempt goes as soon
+as the worker reported the last one done.
 
 Visible: each waiting attempt is noted once in its history (the committed ``NoteCapacityWait``,
 timeline entry ``capacity_wait``; proposed in one entry per pass, only once every voter applies
@@ -52,9 +57,10 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.core import state as core
+from appliance.runner.applied import Accepted, Refused
 from appliance.runner.owner_attempts import AttemptDecisions, Work
 from appliance.runner.owner_events import DispatchRequest, Effect, Propose
-from appliance.runner.owner_serial import Chain
+from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 from appliance.runner.worker_answers import Capacity, ExecResult, ObserveResult
 
 PACING_PROBE: Final = "probe"  # nothing stated yet: one attempt in flight
@@ -73,6 +79,7 @@ class PacedDispatch(AttemptDecisions):
         self._waiting: dict[int, Work] = {}  # occurrence id -> claimed, unsent (FIFO)
         self._to_note: list[Work] = []
         self._notes: dict[int, tuple[tuple[int, int], ...]] = {}  # proposal token -> attempts
+        self._outcomes: dict[int, tuple[str, dict[str, Any]]] = {}  # token -> its log event
         self.capacity_waits_total = 0  # attempts that waited (the metric's counter)
 
     # ---- what status and the metrics read ----------------------------------------------------
@@ -99,6 +106,10 @@ class PacedDispatch(AttemptDecisions):
         window = self._window()
         if window is None:
             return None
+        if self._pacing == PACING_PROBE:
+            # One exec at a time until an answer says what the worker is; an answer that says
+            # nothing (a reset, a timeout) lets the next probe go.
+            return 1 - self.execs_outstanding()
         own = window - self.in_flight()
         capacity = self._capacity
         if self._pacing != PACING_PACED or capacity is None:
@@ -195,6 +206,37 @@ class PacedDispatch(AttemptDecisions):
         elif protocol_answer and self._pacing != PACING_OFF:
             self._pacing, self._capacity = PACING_OFF, None
             self._emit_log("worker_capacity", stated=False, pacing=PACING_OFF)
+
+    # ---- outcomes are committed concurrently -------------------------------------------------
+
+    def _commit_quietly(
+        self, command: Any, event: str, **fields: Any
+    ) -> Chain[Accepted | Refused | None]:
+        """A ``RecordOutcome`` is proposed without holding every other event until it commits
+        (as admissions are): the worker's slot is free once it reported the outcome, so the
+        next waiting attempt may go at once, and the outcomes of a burst share Raft appends.
+        Its callers only log the result and then forget the attempt, which they did whatever
+        the result was (an uncertain outcome is re-observed after the next takeover, as
+        before). Everything else still waits for its commit."""
+        if not isinstance(command, core.RecordOutcome) or self._gated(command) is not None:
+            return (yield from super()._commit_quietly(command, event, **fields))
+        token = next(self._tokens)
+        self._outcomes[token] = (event, fields)
+        self._out.append(Propose(token, command))
+        return None
+
+    def _outcome_done(self, token: int, outcome: Any) -> None:
+        event, fields = self._outcomes.pop(token)
+        try:
+            result = self._interpret(outcome)
+        except (NotOwner, Uncertain) as exc:
+            self._emit_log(f"{event}_uncertain", **{**fields, "reason": str(exc)})
+            return
+        if isinstance(result, Refused):
+            self._emit_log(f"{event}_refused", **{**fields, "reason": result.message})
+            return
+        state = getattr(result.value, "state", None)
+        self._emit_log(event, state=getattr(state, "value", state), **fields)
 
     # ---- sending what waits ------------------------------------------------------------------
 

@@ -318,6 +318,10 @@ class Ledger:
         re-observes after a takeover were sent by an earlier owner and may exceed it.)"""
         if not any(getattr(e, "event", None) == "capacity_send" for e in effects):
             return
+        if owner._pacing == "probe":
+            if owner.execs_outstanding() > 1:
+                raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
+            return
         window = owner._window()
         in_flight = owner.in_flight()
         capacity = owner._capacity
