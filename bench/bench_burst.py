@@ -9,15 +9,16 @@ Scenarios (``--scenario``):
   Reports every final state, the Unknown count, and when the last attempt was accepted by the
   engine (the owner's ``dispatch_accepted`` ``late_ms``, real ms after the minute) and finished
   (its terminal timeline entry, whole seconds after the minute).
-- ``sustained``: ``--schedules`` (32) schedules ``* * * * *`` at ``--time-scale 30``, i.e. 32
-  due every 2 real seconds = 16 due per real second, for ``--seconds`` (600) real seconds;
+- ``sustained``: ``--schedules`` (96) schedules ``* * * * *`` at ``--time-scale 10``, i.e. 96
+  due every 6 real seconds = 16 due per real second, for ``--seconds`` (600) real seconds;
   Concurrent overlap, CatchUp cap 1. Due slots are counted from the owners' ``selection``
   decisions (created + dropped, by reason), outcomes from their ``outcome`` decisions
   (retention retires old records, so the final list holds only the newest).
 
 ``timeout_seconds`` is 10 for ``burst`` (scale 1: the observation deadline is 40 real seconds)
-and 1 for ``sustained`` (scale 30: (1 + 30) / 30 = 1.03 real seconds, not shorter than the
-engine's real 1 s timeout). The worker runs its default engine (``max_concurrent: 4``,
+and the largest whole number that keeps the scaled deadline no shorter than the engine's real
+timeout for ``sustained`` (scale 10: 3, the deadline (3 + 30) / 10 = 3.3 real seconds). The
+worker runs its default engine (``max_concurrent: 4``,
 ``max_queued: 16``). The baseline (``--baseline-ref``, default the merge base with ``main``) is
 extracted with ``git archive`` and run by the same interpreter from its own tree.
 
@@ -158,6 +159,16 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         if e.get("event") == "dispatch_accepted" and e.get("late_ms") is not None
     ]
     finished = [o["timeline"][-1][1] - o["due"] for o in occurrences if o["state"] == "Succeeded"]
+    sent = {
+        e["occurrence"]: float(e["late_ms"])
+        for e in events
+        if e.get("event") == "capacity_send" and e.get("late_ms") is not None
+    }
+    send_to_accept = sorted(
+        float(e["late_ms"]) - sent[e["occurrence"]]
+        for e in events
+        if e.get("event") == "dispatch_accepted" and e.get("occurrence") in sent
+    )
     dropped = Counter()
     for e in events:
         if e.get("event") == "selection":
@@ -176,6 +187,9 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         if accepted
         else None,
         "last_finished_s": max(finished) if finished else None,
+        "send_to_accepted_ms_p50": round(send_to_accept[len(send_to_accept) // 2], 1)
+        if send_to_accept
+        else None,
         "pool_full_resends": sum(1 for e in events if e.get("event") == "dispatch_not_dispatched"),
         "capacity_waits": sum(1 for e in events if e.get("event") == "capacity_wait"),
         "fenced": sum(1 for e in events if e.get("event") == "dispatch_fenced"),
@@ -186,10 +200,14 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
 
 
 def sustained_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any]:
-    n, scale = args.schedules, 30.0
+    n, scale = args.schedules, args.time_scale
+    # The observation deadline, (timeout + 30) / scale real seconds, is not shorter than the
+    # engine's real timeout: the largest whole timeout that keeps it so.
+    timeout_s = max(1, math.floor(30 / (scale - 1))) if scale > 1 else 10
+    assert (timeout_s + 30) / scale >= timeout_s
     with tempfile.TemporaryDirectory() as root, running_from(tree):
         cluster = Cluster(
-            Path(root), 3, time_scale=scale, timeout_seconds=1, worker=True, raft=None
+            Path(root), 3, time_scale=scale, timeout_seconds=timeout_s, worker=True, raft=None
         )
         set_limits(cluster, {"schedules": n, "running": 256, "outstanding": 1024, "records": 4096})
         try:
@@ -240,6 +258,7 @@ def sustained_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str,
         "label": label,
         "schedules": n,
         "time_scale": scale,
+        "timeout_seconds": timeout_s,
         "real_seconds": args.seconds,
         "due_slots": due,
         "due_per_real_s": round(due / args.seconds, 2),
@@ -263,12 +282,14 @@ def main() -> int:
     parser.add_argument("--scenario", choices=("burst", "sustained"), required=True)
     parser.add_argument("--schedules", type=int, default=None)
     parser.add_argument("--seconds", type=float, default=600.0)
+    parser.add_argument("--time-scale", type=float, default=10.0, help="sustained only")
     parser.add_argument("--settle-s", type=float, default=180.0)
     parser.add_argument("--baseline-ref", default=None)
     parser.add_argument("--only", choices=("this", "baseline"), default=None)
     args = parser.parse_args()
     if args.schedules is None:
-        args.schedules = 1024 if args.scenario == "burst" else 32
+        # sustained: 16 due per real second = 16 x 60 / scale schedules every scaled minute
+        args.schedules = 1024 if args.scenario == "burst" else round(16 * 60 / args.time_scale)
     baseline = (
         args.baseline_ref
         or subprocess.run(
