@@ -63,7 +63,7 @@ from appliance.runner.owner_events import DispatchRequest, Effect, Propose
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 from appliance.runner.worker_answers import Capacity, ExecResult, ObserveResult
 
-PACING_PROBE: Final = "probe"  # nothing stated yet: one attempt in flight
+PACING_PROBE: Final = "probe"  # nothing stated yet: one exec unanswered at a time
 PACING_PACED: Final = "paced"
 PACING_OFF: Final = "off"  # an older worker: no capacity stated, dispatch as before
 STILL_HELD: Final = frozenset({"running", "reserved"})  # an Unknown that may hold a slot
