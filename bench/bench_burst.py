@@ -164,6 +164,13 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         for e in events
         if e.get("event") == "capacity_send" and e.get("late_ms") is not None
     }
+    send_to_admission = sorted(
+        float(e["late_ms"]) - sent[e["occurrence"]]
+        for e in events
+        if e.get("event") == "admission"
+        and e.get("occurrence") in sent
+        and e.get("late_ms") is not None
+    )
     send_to_accept = sorted(
         float(e["late_ms"]) - sent[e["occurrence"]]
         for e in events
@@ -187,6 +194,9 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         if accepted
         else None,
         "last_finished_s": max(finished) if finished else None,
+        "send_to_admission_ms_p50": round(send_to_admission[len(send_to_admission) // 2], 1)
+        if send_to_admission
+        else None,
         "send_to_accepted_ms_p50": round(send_to_accept[len(send_to_accept) // 2], 1)
         if send_to_accept
         else None,

@@ -273,6 +273,9 @@ class SystemSim:
         """The liveness phase resumes scheduling and stops new slots, so the work can settle."""
         paused = self.ledger.paused()
         if self.ledger.schedule_disabled() and not paused:
+            # Look again later: an operator command of the safety phase still in flight (an
+            # enable, a resume) may commit after this and schedule slots again.
+            self.at(2_000, self._disable)
             return
         leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
         if leaders:
