@@ -107,7 +107,8 @@ class SystemSim:
             rng.randint(120, 600) if rng.random() < 0.3 else 10 * 365 * 86_400
         )
         # The engine's slots: one or two make claimed work wait for capacity (paced dispatch).
-        self.engine_slots = rng.choice((1, 2, 4))
+        # Drawn from a source of its own, so the rest of the seed's faults stay what they were.
+        self.engine_slots = random.Random(f"slots-{seed}").choice((1, 2, 4))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
         self.worker = WorkerProcess(self)
