@@ -89,6 +89,7 @@ class Event(enum.Enum):
     FENCED_NOT_LAUNCHED = "fenced_not_launched"
     ACKNOWLEDGE_STOPPED = "acknowledge_stopped"
     SCHEDULE_DELETED = "schedule_deleted"
+    CAPACITY_WAIT = "capacity_wait"  # waits, unsent, for the worker (core/capacity_wait.py)
 
     __hash__ = object.__hash__  # see OccurrenceState
 
@@ -118,6 +119,7 @@ TRANSITIONS: dict[tuple[OccurrenceState, Event], OccurrenceState] = {
     (S.RUNNING, E.UNREACHABLE): S.UNKNOWN,
     (S.RUNNING, E.CANCEL): S.CANCELLING,
     (S.RUNNING, E.FENCED_NOT_LAUNCHED): S.PENDING,
+    (S.RUNNING, E.CAPACITY_WAIT): S.RUNNING,  # a note in the history, nothing else
     # Cancelling: committed before the worker is contacted; completion may win the race.
     (S.CANCELLING, E.CANCEL_CONFIRMED): S.CANCELLED,
     (S.CANCELLING, E.CANCELLED): S.CANCELLED,

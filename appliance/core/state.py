@@ -82,6 +82,7 @@ from appliance.core.binding import (
     invocation_from_json,
     invocation_to_json,
 )
+from appliance.core.capacity_wait import NoteCapacityWait
 from appliance.core.charging import AdoptCharging, charging_rules, needs_charging_reader
 from appliance.core.commands import (
     AcknowledgeStopped,
@@ -248,6 +249,7 @@ __all__ = [
     "Invocation",
     "MarkUnknown",
     "NotAcquired",
+    "NoteCapacityWait",
     "Observe",
     "ObserveAndClaim",
     "ObserveReport",

@@ -153,6 +153,12 @@ class PoolEngine(abc.ABC):
             self._next_token += 1
             return Reservation(self, self._next_token)
 
+    def capacity(self) -> tuple[int, int, int]:
+        """``(max_concurrent, max_queued, reserved)`` now: what the worker states in its answers
+        so that an owner paces its dispatches (docs/protocol.md, "Capacity")."""
+        with self._cond:
+            return self.max_concurrent, self.max_queued, self._reserved
+
     def _release_reservation(self, reservation: Reservation) -> None:
         with self._cond:
             self._reserved -= 1

@@ -45,6 +45,10 @@ def observe_decision(metrics: RunnerMetrics, event: str, fields: dict[str, Any])
         late_ms = fields.get("late_ms")
         if isinstance(late_ms, int | float):
             metrics.record_dispatch_accepted(late_ms / 1000.0)
+    elif event in ("capacity_wait", "capacity_send", "capacity_waiting_cleared"):
+        waiting = fields.get("waiting")
+        if isinstance(waiting, int):
+            metrics.record_capacity_wait(waiting, began=event == "capacity_wait")
     elif event == "admission":
         status = fields.get("status")
         if isinstance(status, int):

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -129,6 +129,18 @@ class RunnerMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        # Paced dispatch (appliance/runner/owner_pacing.py): claimed attempts held back until
+        # the worker has room; a wait is never an Unknown and never a drop.
+        self.capacity_waits = Counter(
+            "appliance_dispatch_capacity_waits",
+            "Claimed attempts this voter held back, unsent, until the worker had capacity",
+            registry=self.registry,
+        )
+        self.waiting_for_capacity = Gauge(
+            "appliance_dispatch_waiting_for_capacity",
+            "Claimed attempts waiting, unsent, for the worker's capacity now (this owner)",
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._selected: dict[int, int] = {}  # schedule id -> slots selected (pruned at scrape)
 
@@ -148,6 +160,12 @@ class RunnerMetrics:
         else:
             reason = refusal if refusal in ADMISSION_REASONS else "other"
         self.admissions.labels("refused", reason).inc()
+
+    def record_capacity_wait(self, waiting: int, began: bool) -> None:
+        """An attempt began waiting for the worker's capacity (``began``) or the count moved."""
+        if began:
+            self.capacity_waits.inc()
+        self.waiting_for_capacity.set(max(0, waiting))
 
     def record_proposal(self, seconds: float, outcome: str) -> None:
         self.proposals.labels(outcome).inc()

@@ -82,6 +82,10 @@ ADMIT_REFUSED_CODES: Final = (
     "incarnation_mismatch",
 )
 ADMIT_UNCERTAIN_CODE: Final = "uncertain"
+# What an exec or observation answer states about the engine (``capacity``: top-level in a 200 or
+# 202, inside ``error`` of an error document): its limits, the slots free to start at once and
+# the room left in its queue. Optional: an owner that finds none dispatches as before pacing.
+CAPACITY_FIELDS: Final = ("max_concurrent", "max_queued", "free_slots", "queue_room")
 
 
 def error_document(code: str, message: str, **extra: Any) -> dict[str, Any]:

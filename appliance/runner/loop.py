@@ -79,7 +79,10 @@ LOOP_QUEUE_MAX: Final = 1024
 WAKE_S_MAX: Final = 1.0  # real seconds: the loop wakes at least this often
 PROPOSE_TIMEOUT_S: Final = 5.0
 BARRIER_TIMEOUT_S: Final = 5.0
-TASK_THREADS: Final = 8
+# Each exec holds a thread for the worker's whole launch path (its admission round trip and
+# fsyncs included): enough for the worker's default window (4 running + 16 queued, paced
+# dispatch) plus the observations of the same work.
+TASK_THREADS: Final = 32
 PROPOSERS_MAX: Final = 16
 REPLY_TIMEOUT_S: Final = 15.0  # how long a caller waits for the loop's answer
 ADMIT_REPLY_TIMEOUT_S: Final = 10.0

@@ -51,7 +51,9 @@ owner keeps a continuation keyed by the tokens it awaits and holds every other e
 until those answers arrive (the loop blocked on the commit and took nothing else from its queue).
 The claims of one pulse are proposed together, so Raft batches their appends. Admissions are
 not serial: their ``Admit`` is proposed at once, while other decisions wait, and the driver may
-answer the worker as soon as it commits (see ``Propose.answers_admission``).
+answer the worker as soon as it commits (see ``Propose.answers_admission``). Outcomes
+(``RecordOutcome``) are not serial either (appliance/runner/owner_pacing.py): the attempt is
+forgotten as soon as the worker reported it, whatever the commit's result, as before.
 
 Theory of operation (SPEC §2 "One serialized runner loop", §3, §6; issue 5 §3-§6)
 ---------------------------------------------------------------------------------
@@ -185,6 +187,8 @@ class Owner(RequestDecisions):
         else:
             self._handle_now(event)
         self._drain_backlog()
+        if self._chain is None:
+            self._pace()  # send what waits for the worker's capacity (owner_pacing.py)
         out, self._out = self._out, []
         return out
 
@@ -230,6 +234,10 @@ class Owner(RequestDecisions):
                 fn()
         elif isinstance(event, ExecAnswered | ObserveAnswered | CancelAnswered):
             self._worker_answered(event)
+        elif isinstance(event, ProposalDone) and event.token in self._outcomes:
+            self._outcome_done(event.token, event.outcome)
+        elif isinstance(event, ProposalDone) and event.token in self._notes:
+            self._note_done(event.token, event.outcome)
         elif isinstance(event, ProposalDone) and event.token in self._admissions:
             request, binding = self._admissions.pop(event.token)
             self._admit_done(request, binding, event.outcome)

@@ -81,6 +81,9 @@ class Work:
     code: str = ""  # the committed claim's code: a re-send sends exactly the same request
     sends: int = 1  # sends of this binding (re-sent only after "not dispatched")
     last_observation: str = ""  # why the last observation gave no outcome (for the reasons)
+    unsent: bool = False  # claimed, waiting for the worker's capacity (owner_pacing.py)
+    parked: bool = False  # Unknown and no longer running at the worker: holds no slot there
+    exec_out: bool = False  # an exec request for it is unanswered (owner_pacing.py)
 
 
 def retained_through(state: Any) -> int:

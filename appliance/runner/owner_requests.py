@@ -32,16 +32,16 @@ from appliance.runner.operator import (
     build_mutation,
     error_reply,
 )
-from appliance.runner.owner_attempts import AttemptDecisions
 from appliance.runner.owner_contract import amendment_args
 from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Reply
+from appliance.runner.owner_pacing import PacedDispatch
 from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
 S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
-class RequestDecisions(AttemptDecisions):
+class RequestDecisions(PacedDispatch):
     cfg: RunnerConfig
     _genesis_cfg: RunnerConfig  # the genesis contract (``Owner``); amendments fold over it
     node_id: str
@@ -214,6 +214,8 @@ class RequestDecisions(AttemptDecisions):
                 "by_state": counts.by_state,
             },
         }
+        # Paced dispatch (owner_pacing.py): in flight at the worker, waiting for its capacity.
+        reply["dispatch"] = self.pacing_view()
         paused = self._read(core.paused_since)
         reply["paused"] = None if paused is None else {"since": instant_text(paused)}
         if self.time_scale != 1.0:

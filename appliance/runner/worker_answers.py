@@ -9,6 +9,41 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from appliance.protocol.v1 import CAPACITY_FIELDS
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the worker's engine could still take when it answered (docs/protocol.md,
+    "Capacity"): ``free_slots`` start at once, ``queue_room`` wait in its queue."""
+
+    max_concurrent: int
+    max_queued: int
+    free_slots: int
+    queue_room: int
+
+    @property
+    def takes(self) -> int:
+        """The most executions the worker holds at once (running and queued)."""
+        return self.max_concurrent + self.max_queued
+
+
+CAPACITY_MAX = 1 << 20  # far above any engine's limits: a larger number is not a capacity
+
+
+def capacity_of(value: Any) -> Capacity | None:
+    """The ``capacity`` object of a worker answer, or None when it is absent or malformed (an
+    older worker states none: the owner then dispatches as it always did)."""
+    if not isinstance(value, dict):
+        return None
+    numbers = [value.get(name) for name in CAPACITY_FIELDS]
+    if not all(type(n) is int and 0 <= n <= CAPACITY_MAX for n in numbers):
+        return None
+    capacity = Capacity(*numbers)  # type: ignore[arg-type]
+    if capacity.max_concurrent < 1 or capacity.free_slots + capacity.queue_room > capacity.takes:
+        return None
+    return capacity
+
 
 @dataclass(frozen=True)
 class ExecResult:
@@ -16,6 +51,8 @@ class ExecResult:
     execution_id: str | None = None
     code: str | None = None
     detail: str = ""
+    capacity: Capacity | None = None  # the worker's, when its answer stated it
+    protocol_answer: bool = False  # a protocol-1 document came back (with or without capacity)
 
 
 @dataclass(frozen=True)
@@ -25,6 +62,7 @@ class ObserveResult:
     status: str | None
     document: dict[str, Any] | None = None
     detail: str = ""
+    capacity: Capacity | None = None  # the worker's, when its answer stated it
 
 
 @dataclass(frozen=True)

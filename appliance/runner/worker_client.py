@@ -39,7 +39,13 @@ from appliance.protocol.v1 import (
 )
 from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
 from appliance.runner.dispatch_outcome import NOT_DISPATCHED_CODES
-from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.runner.worker_answers import (
+    CancelResult,
+    Capacity,
+    ExecResult,
+    ObserveResult,
+    capacity_of,
+)
 from appliance.secret import Secret
 
 RESPONSE_BYTES_MAX: Final = 512 * 1024
@@ -93,6 +99,16 @@ def _error_code(document: dict[str, Any] | None) -> str:
     return "no_error_code"
 
 
+def _capacity(document: dict[str, Any] | None) -> Capacity | None:
+    """The worker's ``capacity``: top-level in a 200/202, inside ``error`` otherwise."""
+    if document is None:
+        return None
+    if "capacity" in document:
+        return capacity_of(document["capacity"])
+    error = document.get("error")
+    return capacity_of(error.get("capacity")) if isinstance(error, dict) else None
+
+
 class WorkerClient:
     def __init__(
         self,
@@ -142,22 +158,42 @@ class WorkerClient:
         except AmbiguousSend as exc:
             return ExecResult("uncertain", detail=f"ambiguous send: {exc.reason}")
         answer = _json(response.body)
+        capacity = _capacity(answer)
+        stated = answer is not None
         if response.status in (200, 202) and answer is not None:
             execution_id = answer.get("execution_id")
             if isinstance(execution_id, str):
-                return ExecResult("accepted", execution_id, detail=str(answer.get("state")))
+                return ExecResult(
+                    "accepted",
+                    execution_id,
+                    detail=str(answer.get("state")),
+                    capacity=capacity,
+                    protocol_answer=True,
+                )
         if _retired(response.status, answer, 403):
             return ExecResult("retired", code=RETIRED_CODE, detail="at or below the floor W")
         if response.status == 403:
-            return ExecResult("refused", code=_error_code(answer), detail="worker refused")
+            return ExecResult(
+                "refused",
+                code=_error_code(answer),
+                detail="worker refused",
+                capacity=capacity,
+                protocol_answer=stated,
+            )
         if _not_dispatched(response.status, answer):
             return ExecResult(
-                "not_dispatched", code=_error_code(answer), detail="worker answered HTTP 503"
+                "not_dispatched",
+                code=_error_code(answer),
+                detail="worker answered HTTP 503",
+                capacity=capacity,
+                protocol_answer=True,
             )
         return ExecResult(
             "uncertain",
             code=_error_code(answer),
             detail=f"worker answered HTTP {response.status}",
+            capacity=capacity,
+            protocol_answer=stated,
         )
 
     def observe(self, execution_id: str, retained_through: int | None = None) -> ObserveResult:
@@ -176,7 +212,7 @@ class WorkerClient:
             return ObserveResult(RETIRED_CODE, detail="at or below the floor W")
         if response.status != 200 or answer is None or not isinstance(answer.get("status"), str):
             return ObserveResult(None, detail=f"HTTP {response.status} {_error_code(answer)}")
-        return ObserveResult(answer["status"], answer)
+        return ObserveResult(answer["status"], answer, capacity=_capacity(answer))
 
     def cancel(self, binding: dict[str, Any]) -> CancelResult:
         document = {"protocol": PROTOCOL_VERSION, "binding": binding}

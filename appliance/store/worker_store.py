@@ -47,6 +47,7 @@ from appliance.protocol.v1 import ID_MAX, Invocation, check_invocation_key
 from appliance.store import schema
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
+from appliance.store.group_sync import GroupSync
 from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 EXECUTION_OUTPUT_BYTES_MAX = 256 * 1024
+WRITTEN_KEYS_MAX = 4096  # entries kept for the read barrier before the durable ones are dropped
 EXECUTION_STATUSES = (
     "submitted",
     "running",
@@ -166,6 +168,12 @@ class WorkerStore(OpenedStore):
         super().__init__(conn, lock, path, created)
         self.namespace = namespace
         self.incarnation_id = incarnation_id
+        # Group commit (module doc): commits write the -wal without an fsync of their own and
+        # wait for a shared one; opening was FULL, so every earlier commit is durable already.
+        self._sync = GroupSync(path.with_name(path.name + "-wal"))
+        self._written_by: dict[Any, int] = {}  # record key -> the commit that last wrote it
+        self._keys: list[Any] = []  # the keys the transaction in progress writes
+        conn.execute("PRAGMA synchronous=NORMAL")
 
     @classmethod
     def create_or_open(
@@ -221,23 +229,45 @@ class WorkerStore(OpenedStore):
 
     @contextmanager
     def _write(self, durable: bool) -> Iterator[apsw.Connection]:
-        """One transaction; without its own fsync when ``durable`` is False (module doc)."""
+        """One transaction under the store lock; when ``durable``, returns only once it is
+        durable — its fsync shared with the concurrent commits (group commit, module doc)."""
+        with self._lock:
+            self._keys = []
+            with transaction(self._db) as db:
+                yield db
+            seq = self._sync.committed()
+            for key in self._keys:  # what this commit wrote: a reader of it waits for it
+                self._written_by[key] = seq
+            self._forget_durable_keys()
         if durable:
-            with transaction(self._db) as db:
-                yield db
-            return
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        try:
-            with transaction(self._db) as db:
-                yield db
-        finally:
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._sync.wait(seq)
+
+    @contextmanager
+    def _read(self, key: Any = None) -> Iterator[apsw.Connection]:
+        """A read under the store lock that returns only once what it read is durable: the
+        commit that last wrote ``key`` (every commit so far when ``key`` is None). So nothing a
+        caller committed leaves the process in another caller's answer before its fsync, and a
+        read of a record nobody is writing never waits."""
+        with self._lock:
+            yield self._db
+            seq = self._sync.latest() if key is None else self._written_by.get(key, 0)
+        self._sync.wait(seq)
+
+    def _forget_durable_keys(self) -> None:
+        """Bound ``_written_by``: an entry whose commit is durable can never make a read wait."""
+        if len(self._written_by) > WRITTEN_KEYS_MAX:
+            durable = self._sync.durable()
+            self._written_by = {k: v for k, v in self._written_by.items() if v > durable}
+
+    def close(self) -> None:
+        super().close()
+        self._sync.close()
 
     # ----------------------------------------------------------------- incarnations
     def incarnations(self) -> list[tuple[str, int]]:
         """Every (incarnation_id, opened_at_ms), oldest first; the last one is this process."""
         result = []
-        with self._lock:
+        with self._read():
             for seq, incarnation_id, opened_at_ms, stored in self._db.execute(
                 "SELECT seq, incarnation_id, opened_at_ms, checksum FROM incarnation ORDER BY seq"
             ):
@@ -276,6 +306,7 @@ class WorkerStore(OpenedStore):
     def _save(self, record: InvocationRecord) -> None:
         body = canonical_json(record.body())
         key = record.invocation.key()
+        self._keys.append(key)
         self._db.execute(
             "INSERT INTO invocation (namespace, schedule_id, occurrence_id, attempt, record, "
             "checksum) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, schedule_id, "
@@ -286,7 +317,7 @@ class WorkerStore(OpenedStore):
 
     def get(self, invocation: Invocation) -> InvocationRecord | None:
         """The durable record of ``invocation``, ``None`` if nothing was ever recorded for it."""
-        with self._lock:
+        with self._read(invocation.key()):
             return self._load(invocation)
 
     def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
@@ -299,7 +330,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_binding = json.loads(canonical_json(binding))
-        with self._lock, transaction(self._db):
+        with self._write(True):
             existing = self._load(invocation)
             if existing is not None and existing.binding is not None:
                 if existing.binding != canonical_binding:
@@ -327,7 +358,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_permit = json.loads(canonical_json(permit))
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._require_reserved(invocation)
             if record.permit is not None:
                 if record.permit != canonical_permit:
@@ -361,7 +392,7 @@ class WorkerStore(OpenedStore):
         ``already_consumed`` (a second consume, also across restarts).
         """
         self._check_namespace(invocation)
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._require_reserved(invocation)
             if record.consumed is not None:
                 raise WorkerRecordRefused(
@@ -411,7 +442,7 @@ class WorkerStore(OpenedStore):
         reservation creates a record, so a later reserve finds it fenced and consume refuses.
         """
         self._check_namespace(invocation)
-        with self._lock, transaction(self._db):
+        with self._write(True):
             record = self._load(invocation) or _empty_record(invocation)
             if record.fence is not None:
                 return record
@@ -440,7 +471,7 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         canonical_receipt = json.loads(canonical_json(receipt))
-        with self._lock, self._write(durable):
+        with self._write(durable):
             record = self._require_reserved(invocation)
             if record.consumed is None:
                 raise WorkerRecordRefused(
@@ -490,7 +521,7 @@ class WorkerStore(OpenedStore):
         if type(rows_max) is not int or rows_max < 1:
             raise ValueError(f"rows_max must be a positive integer, got {rows_max!r}")
         limit = rows_max * PRUNE_LOOKAHEAD_FACTOR
-        with self._lock, self._write(durable=False) as db:
+        with self._write(durable=False) as db:
             floor = max(self._retained_through(), retained_through)
             schema.write_meta(db, META_RETAINED_THROUGH, str(floor))
             candidates = db.execute(
@@ -540,6 +571,7 @@ class WorkerStore(OpenedStore):
         return _execution_from_row(self.path, rows[0]) if rows else None
 
     def _save_execution(self, execution: ExecutionRecord) -> None:
+        self._keys.append(execution.execution_id)
         body = canonical_json(
             {
                 "created_at_ms": execution.created_at_ms,
@@ -567,7 +599,7 @@ class WorkerStore(OpenedStore):
         )
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._lock:
+        with self._read(execution_id):
             return self._load_execution(execution_id)
 
     def update_execution(
@@ -589,8 +621,6 @@ class WorkerStore(OpenedStore):
         a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
-        if not durable and status in TERMINAL_STATUSES:
-            raise ValueError(f"a terminal status ({status}) is always written durably")
         if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
             raise ValueError(
                 f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
@@ -600,7 +630,7 @@ class WorkerStore(OpenedStore):
         result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
         error = None if error is None else well_formed(error)
         canonical_json(result)  # refuse a result that is not JSON before anything is written
-        with self._lock, self._write(durable):
+        with self._write(durable):
             current = self._load_execution(execution_id)
             if current is None:
                 raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
@@ -627,7 +657,7 @@ class WorkerStore(OpenedStore):
     def unfinished_from_previous_incarnations(self) -> list[ExecutionRecord]:
         """Executions not finished whose incarnation is not this one: they were running when an
         earlier incarnation died (the worker should record them as ``lost``)."""
-        with self._lock:
+        with self._read():
             rows = self._db.execute(
                 "SELECT execution_id, namespace, schedule_id, occurrence_id, attempt, "
                 "incarnation_id, status, record, output, checksum FROM execution "

@@ -575,10 +575,47 @@ class LaunchCore:
                 output=report.output.encode("utf-8"),
                 result=outcome_document(report),
                 error=report.error,
+                # The engine thread does not wait for the fsync (its child goes back to the
+                # pool sooner): every read of the record waits for it (group commit), so no
+                # answer reveals an outcome before it is durable (docs/worker.md).
+                durable=False,
             )
         except WorkerRecordRefused as exc:
             if exc.reason != "execution_finished":  # a repeated terminal report is expected
                 log.error("could not record engine report for %s: %s", report.execution_id, exc)
+
+    # ------------------------------------------------------------------ capacity
+    def capacity_document(self) -> dict[str, int] | None:
+        """What the engine can still take (docs/protocol.md, "Capacity"): ``free_slots`` start
+        at once, ``queue_room`` wait in the engine's queue; None for an engine that cannot say."""
+        capacity = getattr(self._engine, "capacity", None)
+        if capacity is None:
+            return None
+        max_concurrent, max_queued, reserved = capacity()
+        free = max(0, max_concurrent + max_queued - reserved)
+        free_slots = max(0, max_concurrent - reserved)
+        return {
+            "max_concurrent": max_concurrent,
+            "max_queued": max_queued,
+            "free_slots": free_slots,
+            "queue_room": free - free_slots,
+        }
+
+    def with_capacity(self, answer: Answer) -> Answer:
+        """``answer`` stating the engine's capacity: at the top of a 200/202 document, inside
+        ``error`` of an error document (a not-dispatched answer keeps exactly ``protocol`` and
+        ``error``). The drivers call it on every exec and observation answer."""
+        document = self.capacity_document()
+        if document is None:
+            return answer
+        body = dict(answer.body)
+        if answer.status < 300:
+            body["capacity"] = document
+        elif isinstance(body.get("error"), dict):
+            body["error"] = {**body["error"], "capacity": document}
+        else:
+            return answer
+        return Answer(answer.status, body)
 
     # ------------------------------------------------------------------ checks
     def check_binding(self, binding: v1.Binding) -> Answer | None:

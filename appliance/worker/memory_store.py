@@ -7,9 +7,10 @@ open) over dictionaries, so the launch core runs the same decisions in the syste
 ``tests/store/test_worker_store_contract.py`` runs one suite against both stores.
 
 Durability is modelled as the SQLite store has it: a durable write is "fsynced" — it and every
-earlier write survive; a ``durable=False`` write (the receipt, ``running`` progress) survives a
-process crash (``reopen``) but not a power loss (``reopen(power_loss=True)``) unless a later
-durable write covered it, as the next fsync of the WAL covers every earlier frame.
+earlier write survive; a ``durable=False`` write (the receipt, engine progress and outcomes)
+survives a process crash (``reopen``) but not a power loss (``reopen(power_loss=True)``) unless a
+later durable write or a read of it covered it, as the next fsync of the WAL covers every
+earlier frame and a read waits for the fsync that covers what it read.
 """
 
 from __future__ import annotations
@@ -120,7 +121,14 @@ class MemoryWorkerStore:
     # -- invocation records --
 
     def get(self, invocation: Invocation) -> InvocationRecord | None:
+        self._read_barrier("invocations", invocation.key())
         return self._load(invocation)
+
+    def _read_barrier(self, table: str, key: Any) -> None:
+        """A read returns only once what it read is durable (WorkerStore's group commit waits
+        for the fsync that covers it): reading an unsynced record syncs the disk."""
+        if self._disk.current[table].get(key) != self._disk.synced[table].get(key):
+            self._disk.synced = copy.deepcopy(self._disk.current)
 
     def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
         self._check_namespace(invocation)
@@ -304,6 +312,7 @@ class MemoryWorkerStore:
     # -- execution records --
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        self._read_barrier("executions", execution_id)
         return self._executions.get(execution_id)
 
     def update_execution(
@@ -319,8 +328,6 @@ class MemoryWorkerStore:
     ) -> ExecutionRecord:
         if status not in EXECUTION_STATUSES or status == "submitted":
             raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
-        if not durable and status in TERMINAL_STATUSES:
-            raise ValueError(f"a terminal status ({status}) is always written durably")
         if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
             raise ValueError(
                 f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"

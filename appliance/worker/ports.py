@@ -96,6 +96,10 @@ class LaunchEngine(Protocol):
 
     def add_listener(self, listener: EngineListener) -> None: ...
 
+    def capacity(self) -> tuple[int, int, int]:
+        """``(max_concurrent, max_queued, reserved)``; optional (the core asks with getattr)."""
+        ...
+
 
 class Clock(Protocol):
     def now(self) -> datetime: ...

@@ -49,7 +49,9 @@ from appliance.worker.service import WorkerService, now_ms_of
 log = logging.getLogger("appliance.worker")
 
 ENGINE_SHUTDOWN_SECONDS: Final = 10.0
-HTTP_THREADS: Final = 8
+# An exec holds a thread through its permit request and its fsyncs: enough for the engine's
+# default window (4 + 16, which the owner paces to) plus the observations of that work.
+HTTP_THREADS: Final = 24
 
 
 @dataclass(frozen=True)

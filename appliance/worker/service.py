@@ -112,6 +112,10 @@ class WorkerService:
         return self._core.mark_lost_executions()
 
     def execute(self, request: ExecRequest, retained_through: int | None = None) -> Answer:
+        """The exec, its answer stating the engine's capacity (the owner paces by it)."""
+        return self._core.with_capacity(self._execute(request, retained_through))
+
+    def _execute(self, request: ExecRequest, retained_through: int | None) -> Answer:
         refusal = self._core.check_binding(request.binding)
         if refusal is not None:
             return refusal  # a W from a runner of another namespace or worker is not taken
@@ -146,7 +150,7 @@ class WorkerService:
         self.note_retained_through(retained_through)
         with self._locks.hold(invocation):
             record = self._core.settle(invocation)
-        answer = self._core.observation(invocation, record)
+        answer = self._core.with_capacity(self._core.observation(invocation, record))
         self.prune_once()
         return answer
 

@@ -1,11 +1,13 @@
 """Real processes: a burst larger than the worker's pool runs, and none of it is Unknown
-(issue 17 item 1, "Must show").
+(issue 17 items 1 and 2, "Must show").
 
 Three voters and one worker with ``max_concurrent: 2, max_queued: 2``; 64 schedules are due at
-the same instant (``limits.running: 64``). The worker answers ``pool_full`` (before reserving
-anything) to all but four at a time; the owner keeps each attempt Running and re-sends exactly
-its committed binding with backoff until the pool takes it. All 64 end Succeeded at attempt 1
-(or, if an election moved ownership mid-burst, at the attempt after the takeover's fence).
+the same instant (``limits.running: 64``). The worker states its capacity in every answer, so the
+owner sends four at a time and holds the rest claimed Running, unsent (paced dispatch, each wait
+noted in the history); a ``pool_full`` answer — only possible after an election, while a deposed
+owner's reservation is still held — is re-sent with exactly the committed binding. All 64 end
+Succeeded at attempt 1 (or, if an election moved ownership mid-burst, at the attempt after the
+takeover's fence).
 
 Time: ``--time-scale 3`` with ``timeout_seconds: 10`` keeps the observation deadline
 ((10 + 30) / 3 = 13.3 real seconds) longer than the engine's real timeout (10 s).
@@ -102,7 +104,13 @@ def test_64_due_at_once_on_a_pool_of_2_plus_2_all_succeed_and_none_is_unknown(
         assert again <= taken_over, sorted(again - taken_over)  # re-sent, never a new attempt
         assert all(o["attempt"] <= 2 for o in occurrences)
         resent = [e for e in events if e.get("event") == "dispatch_not_dispatched"]
-        assert resent, "the pool was never full: the test proved nothing"
+        waits = [e for e in events if e.get("event") == "capacity_wait"]
+        assert len(waits) >= BURST - 4, "the owner did not pace: the test proved nothing"
+        assert all(e["window"] <= 4 for e in waits if e.get("window") is not None)
+        if not taken_over:
+            assert not resent, resent  # paced: the worker never had to refuse one
+        noted = [o for o in occurrences if "capacity_wait" in [t[3] for t in o["timeline"]]]
+        assert len(noted) >= BURST - 4 - len(again)  # the wait is in the replicated history
         assert not [e for e in events if e.get("event") == "dispatch_fenced"]
         outcomes = [e for e in events if e.get("event") == "outcome"]
         assert not [e for e in outcomes if e.get("state") == "Unknown"]

@@ -44,6 +44,7 @@ SANS_IO = [
     "owner_serial.py",
     "owner_attempts.py",
     "owner_requests.py",
+    "owner_pacing.py",
     "owner_events.py",
     "applied.py",
     "worker_answers.py",
@@ -365,9 +366,12 @@ def test_the_claims_of_one_pulse_are_proposed_together() -> None:
     bench.wall_s = T0 + 4 * 60 + 1
     bench.feed(Tick())
     bench.settle()  # four created, two claimed in the observation (the running limit)
-    dispatches = [bench.take(DispatchRequest) for _ in range(2)]
-    for dispatch in dispatches:
-        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "x")))
+    # Paced dispatch: the first send probes the worker alone; its answer states no capacity
+    # (an older worker), so the second one follows as before pacing.
+    dispatches = [bench.take(DispatchRequest)]
+    bench.feed(ExecAnswered(dispatches[0].token, ExecResult("accepted", "x")))
+    dispatches.append(bench.take(DispatchRequest))
+    bench.feed(ExecAnswered(dispatches[1].token, ExecResult("accepted", "x")))
     for timer in [bench.take(SetTimer) for _ in dispatches]:
         bench.feed(TimerFired(timer.token))
     for observe in [bench.take(ObserveRequest) for _ in dispatches]:

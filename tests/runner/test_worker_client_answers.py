@@ -114,3 +114,49 @@ def test_w_travels_as_a_query_parameter_and_retired_is_its_own_kind(client) -> N
     assert PATHS[-1] == "/api/scheduled/v1/executions/s1-o1-a1?retained_through=0"
     ANSWER["observe"] = (404, _doc(protocol=1, error={"code": "unknown_execution", "message": "m"}))
     assert client.observe("s1-o1-a1").status is None
+# ---- the worker's capacity (issue 17, "Paced dispatch") ------------------------------------------
+
+CAPACITY = {"max_concurrent": 2, "max_queued": 2, "free_slots": 0, "queue_room": 1}
+
+
+def test_the_capacity_of_an_accepted_exec_and_of_a_not_dispatched_one_is_read(client) -> None:
+    ANSWER["exec"] = (202, _doc(protocol=1, execution_id="s1-o1-a1", capacity=CAPACITY))
+    accepted = client.execute({"occurrence_id": 1}, "1")
+    assert accepted.kind == "accepted" and accepted.capacity is not None
+    assert accepted.capacity.takes == 4 and accepted.capacity.queue_room == 1
+    error = {"code": "pool_full", "message": "full", "capacity": CAPACITY}
+    ANSWER["exec"] = (503, _doc(protocol=1, error=error))
+    full = client.execute({"occurrence_id": 1}, "1")
+    assert full.kind == "not_dispatched" and full.capacity == accepted.capacity
+
+
+def test_an_older_worker_states_no_capacity_but_answers_in_protocol_1(client) -> None:
+    ANSWER["exec"] = (202, _doc(protocol=1, execution_id="s1-o1-a1"))
+    accepted = client.execute({"occurrence_id": 1}, "1")
+    assert accepted.capacity is None and accepted.protocol_answer
+    ANSWER["exec"] = (502, b"<html>bad gateway</html>")
+    other = client.execute({"occurrence_id": 1}, "1")
+    assert other.kind == "uncertain" and not other.protocol_answer
+
+
+@pytest.mark.parametrize(
+    ("change", "valid"),
+    [
+        ({}, True),
+        ({"free_slots": 2, "queue_room": 2}, True),  # everything free: exactly what it takes
+        ({"free_slots": 2, "queue_room": 3}, False),  # more free than it takes
+        ({"max_concurrent": 0}, False),
+        ({"max_concurrent": 1 << 20, "max_queued": 0}, True),
+        ({"max_concurrent": (1 << 20) + 1}, False),
+        ({"queue_room": -1}, False),
+        ({"free_slots": 1.0}, False),
+        ({"free_slots": True}, False),
+        ({"free_slots": None}, False),
+    ],
+)
+def test_a_capacity_is_read_only_when_it_is_one(change: dict, valid: bool) -> None:
+    from appliance.runner.worker_answers import capacity_of
+
+    document = {**CAPACITY, **change}
+    assert (capacity_of(document) is not None) is valid
+    assert capacity_of([1, 2, 3, 4]) is None

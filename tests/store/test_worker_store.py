@@ -175,21 +175,74 @@ def synchronous_of(store: WorkerStore) -> int:
 def test_receipt_and_progress_without_their_own_fsync_are_recorded_and_kept(
     data_dir: Path,
 ) -> None:
-    full = 2
+    normal = 1  # group commit: no commit fsyncs on its own; durable writes wait for a shared one
     with open_worker(data_dir) as store:
         admitted(store)
         store.consume(INV, execution_id="e1", now_ms=12)
+        durable = store._sync._synced
+        assert durable == store._sync.latest()  # the consume returned once it was durable
         store.record_receipt(INV, {"outcome": "accepted"}, now_ms=13, durable=False)
         store.update_execution("e1", status="running", now_ms=14, durable=False)
-        assert synchronous_of(store) == full  # only that one commit skipped its fsync
+        assert store._sync._synced == durable  # neither waited for an fsync
+        assert synchronous_of(store) == normal
         with refused_with("receipt_mismatch"):
             store.record_receipt(INV, {"outcome": "other"}, now_ms=15, durable=False)
-        assert synchronous_of(store) == full  # also after a refused write
-        with pytest.raises(ValueError, match="durably"):
-            store.update_execution("e1", status="completed", now_ms=16, durable=False)
+        store.get(INV)  # a read returns only once what it read is durable
+        assert store._sync._synced == store._sync.latest()
+        store.update_execution("e1", status="completed", now_ms=16, durable=False)
+        assert store._sync._synced < store._sync.latest()  # the outcome did not wait ...
+        assert store.get_execution("e1").status == "completed"
+        assert store._sync._synced == store._sync.latest()  # ... its first reader did
     with open_worker(data_dir) as reopened:
         assert reopened.get(INV).receipt == {"outcome": "accepted"}
-        assert reopened.get_execution("e1").status == "running"
+        assert reopened.get_execution("e1").status == "completed"
+
+
+def test_concurrent_durable_writes_share_fsyncs_and_each_returns_only_once_durable(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+    import time
+
+    from appliance.store.group_sync import GroupSync
+
+    real_fsync = GroupSync._fsync
+    real_wait = GroupSync.wait
+    waited: list[tuple[int, int]] = []  # (commit number, durable number when wait returned)
+
+    def slow_fsync(self: GroupSync) -> None:
+        time.sleep(0.02)  # a slow disk: the commits of the other threads pile up meanwhile
+        real_fsync(self)
+
+    def recording_wait(self: GroupSync, seq: int) -> None:
+        real_wait(self, seq)
+        waited.append((seq, self._synced))
+
+    monkeypatch.setattr(GroupSync, "_fsync", slow_fsync)
+    monkeypatch.setattr(GroupSync, "wait", recording_wait)
+    with open_worker(data_dir) as store:
+        start = threading.Barrier(8)
+
+        def writer(n: int) -> None:
+            start.wait()
+            for k in range(5):
+                store.fence(Invocation("ns", 1, 100 + n * 10 + k, 1), reason="x", now_ms=1)
+
+        threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        commits, fsyncs = store._sync.commits, store._sync.fsyncs
+    assert commits >= 40
+    assert fsyncs < commits / 2, (fsyncs, commits)  # batched
+    assert all(durable >= seq for seq, durable in waited)  # nobody returned before its fsync
+    with open_worker(data_dir) as reopened:
+        assert all(
+            reopened.get(Invocation("ns", 1, 100 + n * 10 + k, 1)).fence is not None
+            for n in range(8)
+            for k in range(5)
+        )
 
 
 def test_execution_output_is_bounded_exactly_at_the_limit(data_dir: Path) -> None:

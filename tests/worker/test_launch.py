@@ -33,12 +33,15 @@ def test_an_admitted_exec_runs_once_and_its_outcome_is_observable(
     response = worker.exec(exec_body(code, occurrence_id=occurrence))
     assert response.status == 202, response.body
     answer = response.json()
+    capacity = answer.pop("capacity")  # what the engine can still take (paced dispatch)
     assert answer == {
         "protocol": 1,
         "execution_id": execution_id(occurrence),
         "incarnation": worker.incarnation,
         "state": "accepted",
     }
+    assert set(capacity) == {"max_concurrent", "max_queued", "free_slots", "queue_room"}
+    assert 0 <= capacity["free_slots"] <= capacity["max_concurrent"]
     report = worker.wait_terminal(execution_id(occurrence))
     assert report["status"] == "completed"
     assert report["result"] == {"answer": 42}

@@ -55,10 +55,12 @@ def test_prune_and_refusal_at_or_below_w_survive_a_restart(
         assert gone.status == 410 and gone.json()["error"]["code"] == "retired"
         refused = exec_with_w(worker, 1, None)  # an older runner says nothing: W still holds
         assert refused.status == 403
-        assert refused.json()["error"] == {
+        error = refused.json()["error"]
+        assert error == {
             "code": "retired",
-            "message": refused.json()["error"]["message"],
+            "message": error["message"],
             "retained_through": 2,
+            "capacity": error["capacity"],  # every exec answer states it (paced dispatch)
         }
         permits_before = len(admission.requests)
     assert rows(data_dir) == [3]

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
             totals[name] += result.reached.get(name, 0)
         totals["unknown_with_permit"] += result.unknown_with_permit
         totals["unknown_without_permit"] += result.unknown_without_permit
+        for name, count in result.reached.items():  # paced dispatch at work (issue 17)
+            if name.startswith("pacing:") or name.startswith("NoteCapacityWait:"):
+                totals[name] += count
         if args.verbose:
             print(
                 f"seed {seed}: {'ok' if result.ok else 'FAIL'} occurrences={result.occurrences} "

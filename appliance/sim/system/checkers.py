@@ -52,6 +52,7 @@ RULE_PAUSED = "nothing selected or claimed while paused"
 RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
 RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
+RULE_PACED = "a paced owner sends no more than the worker takes"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -322,6 +323,39 @@ class Ledger:
                     "no Unknown without a committed permit",
                     f"{execution_id(record, record.attempt)}",
                 )
+
+    # -- paced dispatch (issue 17) --
+
+    def on_owner_turn(self, owner: Any, effects: list[Any]) -> None:
+        """After every turn of an owner that sent attempts which waited for capacity: it has no
+        more attempts in flight at the worker than the worker said it takes, or the worker's
+        latest statement still had room for every exec not answered since. (Attempts it
+        re-observes after a takeover were sent by an earlier owner and may exceed it.)"""
+        if not any(getattr(e, "event", None) == "capacity_send" for e in effects):
+            return
+        if owner._pacing == "probe":
+            if owner.execs_outstanding() > 1:
+                raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
+            return
+        window = owner._window()
+        in_flight = owner.in_flight()
+        capacity = owner._capacity
+        stated = (
+            None
+            if capacity is None
+            else capacity.free_slots + capacity.queue_room - owner.execs_outstanding()
+        )
+        if window is not None and in_flight > window and (stated is None or stated < 0):
+            raise Violation(
+                RULE_PACED,
+                f"{owner.node_id}: {in_flight} in flight, the worker takes {window}, "
+                f"{owner.waiting_for_capacity()} waiting",
+            )
+
+    def on_decision(self, event: str, fields: Any) -> None:
+        """Count the decisions that show pacing at work (``reached``)."""
+        if event in ("capacity_wait", "capacity_send", "dispatch_not_dispatched"):
+            self.events[f"pacing:{event}"] += 1
 
     def summarize(self, result: SystemResult) -> None:
         occurrences = self.reference.state.occurrences.values()

@@ -157,6 +157,10 @@ class SimEngine:
         self._held.add(self._next_token)
         return SimReservation(self, self._next_token)
 
+    def capacity(self) -> tuple[int, int, int]:
+        """``(max_concurrent, max_queued, reserved)``: every slot runs at once here."""
+        return self.slots, 0, len(self._held) + self._running()
+
     def add_listener(self, listener: EngineListener) -> None:
         self._listeners.append(listener)
 

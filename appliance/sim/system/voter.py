@@ -214,6 +214,7 @@ class Voter:
         effects = owner.handle(event, wall_s)
         if not isinstance(event, ev.Tick):
             effects += owner.handle(ev.Tick(), wall_s)
+        self.sim.ledger.on_owner_turn(owner, effects)
         incarnation = self.incarnation
         for effect in effects:
             self.sim.at(0, lambda e=effect: self._carry_out(incarnation, e))
@@ -243,7 +244,8 @@ class Voter:
             self._reply(effect.request, effect.value)
         elif isinstance(effect, ev.ReplyFailed):
             self._reply(effect.request, None)
-        # LogRecord: the decision log is not simulated
+        elif isinstance(effect, ev.LogRecord):
+            sim.ledger.on_decision(effect.event, effect.fields)  # counted, not printed
 
     def _fire(self, incarnation: int, token: int) -> None:
         if self.alive(incarnation):

@@ -76,6 +76,7 @@ class WorkerProcess:
             on_launch=lambda request: sim.ledger.on_launch(
                 request.execution_id, incarnation, self.disk, self.clock.wall_s()
             ),
+            slots=sim.engine_slots,
         )
         self.engines[incarnation] = self.engine
         self.admission = AdmissionClient(
@@ -147,7 +148,7 @@ class WorkerProcess:
             if answer is not None and answer.status == 410:
                 self.sim.ledger.events["observe_retired"] += 1
             self._prune(core)  # as WorkerService does: one batch on an observation
-            reply(answer)
+            reply(None if answer is None else core.with_capacity(answer))
             return
         if route == "cancel":
             try:
@@ -173,9 +174,9 @@ class WorkerProcess:
         if isinstance(step, Answer) and step.body.get("error", {}).get("code") == v1.RETIRED_CODE:
             self.sim.ledger.events["exec_retired"] += 1
         if step is None or isinstance(step, Answer):
-            reply(step)
+            reply(None if step is None else core.with_capacity(step))
             return
-        self._permit(step, reply)
+        self._permit(step, lambda answer: reply(_capacity(self.core, answer)))
 
     def _prune(self, core: LaunchCore) -> None:
         before = core.pruned_records
@@ -213,3 +214,10 @@ class WorkerProcess:
                 reply(self.run(finish))
 
         ask(next(steps))
+
+
+def _capacity(core: LaunchCore | None, answer: Answer | None) -> Answer | None:
+    """The answer stating the engine's capacity, as the process driver sends it."""
+    if answer is None or core is None:
+        return answer
+    return core.with_capacity(answer)

@@ -110,6 +110,9 @@ class SystemSim:
         self.expires_at_s = START_S + (
             rng.randint(120, 600) if rng.random() < 0.3 else 10 * 365 * 86_400
         )
+        # The engine's slots: one or two make claimed work wait for capacity (paced dispatch).
+        # Drawn from a source of its own, so the rest of the seed's faults stay what they were.
+        self.engine_slots = random.Random(f"slots-{seed}").choice((1, 2, 4))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
         self.worker = WorkerProcess(self)
@@ -275,6 +278,9 @@ class SystemSim:
         """The liveness phase resumes scheduling and stops new slots, so the work can settle."""
         paused = self.ledger.paused()
         if self.ledger.schedule_disabled() and not paused:
+            # Look again later: an operator command of the safety phase still in flight (an
+            # enable, a resume) may commit after this and schedule slots again.
+            self.at(2_000, self._disable)
             return
         leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
         if leaders:
@@ -451,9 +457,12 @@ class SystemSim:
             return False
         applied = {n.applied_index for n in nodes if n is not None}
         commit = {n.commit_index for n in nodes if n is not None}
+        # Every voter has applied everything ever committed: three voters that all restarted
+        # agree at index 0 before they replayed anything, which is not settled.
         return (
             len(applied) == 1
             and applied == commit
+            and min(applied) >= max(self.ledger.committed, default=0)
             and not any(v.pending for v in self.voters.values())
         )
 
