@@ -19,7 +19,7 @@ Scenarios (``--scenario``):
 and the largest whole number that keeps the scaled deadline no shorter than the engine's real
 timeout for ``sustained`` (scale 10: 3, the deadline (3 + 30) / 10 = 3.3 real seconds). The
 worker runs its default engine (``max_concurrent: 4``,
-``max_queued: 16``). The baseline (``--baseline-ref``, default the merge base with ``main``) is
+``max_queued: 16``). The baseline (``--baseline-ref``, default ``de4ae23``, main before this) is
 extracted with ``git archive`` and run by the same interpreter from its own tree.
 
     .venv/bin/python bench/bench_burst.py --scenario burst
@@ -294,21 +294,14 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--time-scale", type=float, default=10.0, help="sustained only")
     parser.add_argument("--settle-s", type=float, default=180.0)
-    parser.add_argument("--baseline-ref", default=None)
+    # main before paced dispatch and group commit (issue 17 item 2 and the throughput)
+    parser.add_argument("--baseline-ref", default="de4ae23")
     parser.add_argument("--only", choices=("this", "baseline"), default=None)
     args = parser.parse_args()
     if args.schedules is None:
         # sustained: 16 due per real second = 16 x 60 / scale schedules every scaled minute
         args.schedules = 1024 if args.scenario == "burst" else round(16 * 60 / args.time_scale)
-    baseline = (
-        args.baseline_ref
-        or subprocess.run(
-            ["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
+    baseline = args.baseline_ref
     head = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
         check=True,
