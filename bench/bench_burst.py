@@ -120,6 +120,10 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
     with tempfile.TemporaryDirectory() as root, running_from(tree):
         cluster = Cluster(Path(root), 3, time_scale=1.0, timeout_seconds=10, worker=True, raft=None)
         set_limits(cluster, {"schedules": n, "running": n, "outstanding": 2 * n, "records": 4 * n})
+        if args.max_queued is not None:  # a larger engine queue: a wider window to pace to
+            doc = json.loads(cluster.worker.config.read_text())
+            doc["engine"] = {"max_concurrent": 4, "max_queued": args.max_queued}
+            cluster.worker.config.write_text(json.dumps(doc))
         try:
             cluster.start()
             owner = cluster.owner()
@@ -297,6 +301,7 @@ def main() -> int:
     # main before paced dispatch and group commit (issue 17 item 2 and the throughput)
     parser.add_argument("--baseline-ref", default="de4ae23")
     parser.add_argument("--only", choices=("this", "baseline"), default=None)
+    parser.add_argument("--max-queued", type=int, default=None, help="burst: the worker's queue")
     args = parser.parse_args()
     if args.schedules is None:
         # sustained: 16 due per real second = 16 x 60 / scale schedules every scaled minute
