@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import signal
 import socket
 import subprocess
 import time
@@ -90,3 +92,18 @@ def started(argv_list: list[list[str]], cwd: Path, env: dict[str, str]) -> Itera
                 proc.wait(5)
             if proc.stdin is not None:
                 proc.stdin.close()
+
+
+def stop_cluster(voters: Any, worker: subprocess.Popen[str] | None) -> None:
+    """Stop every voter, then the worker (SIGTERM, then its whole process group)."""
+    for voter in voters.values():
+        with contextlib.suppress(Exception):
+            voter.terminate()
+    if worker is None:
+        return
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            worker.wait(20)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(worker.pid, signal.SIGKILL)

@@ -4,10 +4,8 @@ runs at most once and none is lost; the cluster port refuses a plaintext client.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -21,7 +19,7 @@ from appliance.http.client import ClientError, HttpClient
 from tests.runner.cluster import FAST_RAFT, Voter, wait_for
 
 from .conftest import cluster_init, read_env_file
-from .processes import free_port_block
+from .processes import free_port_block, stop_cluster
 
 SLOT_S = 60
 TIME_SCALE = 30.0
@@ -125,13 +123,4 @@ def test_a_tls_cluster_runs_every_slot_at_most_once_across_an_owner_kill(
         )
         raise AssertionError(f"{exc}\n{logs}") from None
     finally:
-        for voter in voters.values():
-            with contextlib.suppress(Exception):
-                voter.terminate()
-        if worker is not None:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    worker.wait(20)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_cluster(voters, worker)

@@ -8,10 +8,7 @@ the committed configuration carries, checking that its certificate names it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,7 +22,7 @@ from appliance.cluster_init.layout import PORT_SPAN
 from tests.runner.cluster import FAST_RAFT, Voter, wait_for
 
 from .conftest import cluster_init, read_env_file
-from .processes import free_port_block
+from .processes import free_port_block, stop_cluster
 
 SLOT_S = 60
 TIME_SCALE = 20.0
@@ -139,13 +136,4 @@ def test_a_tls_cluster_adds_a_voter_of_the_same_ca_and_removes_its_leader(
         )
         raise AssertionError(f"{exc}\n{logs}") from None
     finally:
-        for voter in voters.values():
-            with contextlib.suppress(Exception):
-                voter.terminate()
-        if worker is not None:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    worker.wait(20)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_cluster(voters, worker)
