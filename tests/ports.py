@@ -13,6 +13,9 @@ import socket
 from pathlib import Path
 
 LISTEN_PORT_MIN = 10_000
+# Every port this test process handed out: two calls in one test (voters' ports, then the
+# worker's metrics port) must never return the same port while the first is not bound yet.
+_handed_out: set[int] = set()
 
 
 def _ephemeral_low() -> int:
@@ -31,6 +34,8 @@ def free_ports(count: int) -> list[int]:
     try:
         while len(chosen) < count:
             port = rng.randrange(LISTEN_PORT_MIN, high)
+            if port in _handed_out and len(_handed_out) < (high - LISTEN_PORT_MIN) // 2:
+                continue
             sock = socket.socket()
             try:
                 sock.bind(("127.0.0.1", port))
@@ -38,7 +43,9 @@ def free_ports(count: int) -> list[int]:
                 sock.close()
                 continue
             chosen.append(sock)
-        return [int(s.getsockname()[1]) for s in chosen]
+        ports = [int(s.getsockname()[1]) for s in chosen]
+        _handed_out.update(ports)
+        return ports
     finally:
         for sock in chosen:
             sock.close()
