@@ -9,6 +9,7 @@ import random
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,3 +108,22 @@ def stop_cluster(voters: Any, worker: subprocess.Popen[str] | None) -> None:
             worker.wait(20)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(worker.pid, signal.SIGKILL)
+
+
+def start_worker(out: Path) -> subprocess.Popen[str]:
+    """The worker of a ``cluster init`` directory, started and ready (its log in worker.log)."""
+    log = out / "worker.log"
+    with open(log, "w") as err:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "worker", "--config", str(out / "worker.json")],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    assert worker.stdout is not None
+    line = worker.stdout.readline()
+    if '"ready"' not in line:
+        stop_cluster({}, worker)
+        raise AssertionError(f"the worker did not start: {log.read_text()}")
+    return worker

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,7 @@ from appliance.http.client import ClientError, HttpClient
 from tests.runner.cluster import FAST_RAFT, Voter, wait_for
 
 from .conftest import cluster_init, read_env_file
-from .processes import free_port_block, stop_cluster
+from .processes import free_port_block, start_worker, stop_cluster
 
 SLOT_S = 60
 TIME_SCALE = 30.0
@@ -63,19 +62,9 @@ def test_a_tls_cluster_runs_every_slot_at_most_once_across_an_owner_kill(
         doc["raft"] = FAST_RAFT  # per node, outside the contract: faster failover for the test
         config.write_text(json.dumps(doc))
         voters[f"voter-{i}"] = Voter(f"voter-{i}", config, out / f"voter-{i}.log", TIME_SCALE)
-    worker_log = out / "worker.log"
     worker: subprocess.Popen[str] | None = None
     try:
-        with open(worker_log, "w") as err:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "appliance", "worker", "--config", str(out / "worker.json")],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                start_new_session=True,
-            )
-        assert worker.stdout is not None
-        assert '"ready"' in worker.stdout.readline(), worker_log.read_text()
+        worker = start_worker(out)
         for voter in voters.values():
             voter.start()
 

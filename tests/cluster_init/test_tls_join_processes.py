@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,7 +21,7 @@ from appliance.cluster_init.layout import PORT_SPAN
 from tests.runner.cluster import FAST_RAFT, Voter, wait_for
 
 from .conftest import cluster_init, read_env_file
-from .processes import free_port_block, stop_cluster
+from .processes import free_port_block, start_worker, stop_cluster
 
 SLOT_S = 60
 TIME_SCALE = 20.0
@@ -83,19 +82,9 @@ def test_a_tls_cluster_adds_a_voter_of_the_same_ca_and_removes_its_leader(
     worker_doc = json.loads((out / "worker.json").read_text())
     worker_doc["admission_urls"].append(f"https://{joiner_doc['admission_addr']}")
     (out / "worker.json").write_text(json.dumps(worker_doc))
-    worker_log = out / "worker.log"
     worker: subprocess.Popen[str] | None = None
     try:
-        with open(worker_log, "w") as err:
-            worker = subprocess.Popen(
-                [sys.executable, "-m", "appliance", "worker", "--config", str(out / "worker.json")],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                start_new_session=True,
-            )
-        assert worker.stdout is not None
-        assert '"ready"' in worker.stdout.readline(), worker_log.read_text()
+        worker = start_worker(out)
         started_real_s = time.time()
         for node_id in ("voter-1", "voter-2", "voter-3"):
             voters[node_id].start()
