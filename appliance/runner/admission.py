@@ -11,18 +11,31 @@ grant is committed; 409 only when this voter is not the acquired owner; 403 with
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import falcon
 
-from appliance.http import ApiError, create_app, read_json_object
+from appliance.http import ApiError, HttpServer, create_app, read_json_object
 from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION
 from appliance.secret import Secret
 
-__all__ = ["ADMIT_PATH", "BODY_BYTES_MAX", "PROTOCOL_VERSION", "create_admission_app"]
+__all__ = [
+    "ADMISSION_THREADS",
+    "ADMIT_PATH",
+    "BODY_BYTES_MAX",
+    "PROTOCOL_VERSION",
+    "admission_server",
+    "create_admission_app",
+]
 
 BODY_BYTES_MAX: Final = 512 * 1024
+# Each permit request holds a listener thread for a loop turn and a Raft commit (tens of ms on
+# three voters), and the worker asks for one per execution it is launching: as many as its
+# window (running + queued) at once. Four threads (the HTTP default) capped a burst at about
+# 4 / commit latency permits per second (docs/bench-capacity.md); these threads only wait.
+ADMISSION_THREADS: Final = 32
 INCARNATION_BYTES_MAX: Final = 128
 
 Submit = Callable[[dict[str, Any], str], tuple[int, dict[str, Any]]]
@@ -76,4 +89,25 @@ def create_admission_app(submit: Submit, credentials: Mapping[str, Secret | None
         body_bytes_max=BODY_BYTES_MAX,
         surface="admission",
         error_extra={"protocol": PROTOCOL_VERSION},
+    )
+
+
+def admission_server(
+    submit: Submit,
+    credentials: Mapping[str, Secret | None],
+    *,
+    host: str,
+    port: int,
+    name: str,
+    ssl_context: ssl.SSLContext | None = None,
+) -> HttpServer:
+    """The admission listener as the runner process starts it (not started yet)."""
+    return HttpServer(
+        create_admission_app(submit, credentials),
+        host=host,
+        port=port,
+        name=name,
+        body_bytes_max=BODY_BYTES_MAX,
+        threads=ADMISSION_THREADS,
+        ssl_context=ssl_context,
     )

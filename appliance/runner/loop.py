@@ -83,7 +83,10 @@ BARRIER_TIMEOUT_S: Final = 5.0
 # fsyncs included): enough for the worker's default window (4 running + 16 queued, paced
 # dispatch) plus the observations of the same work.
 TASK_THREADS: Final = 32
-PROPOSERS_MAX: Final = 16
+# Each proposal holds a proposer thread until it commits; a burst proposes one Admit per
+# execution in the worker's window plus the outcomes of the same work at once, and Raft batches
+# what arrives together. 16 threads held back a window of admissions behind its own outcomes.
+PROPOSERS_MAX: Final = 48
 REPLY_TIMEOUT_S: Final = 15.0  # how long a caller waits for the loop's answer
 ADMIT_REPLY_TIMEOUT_S: Final = 10.0
 
@@ -163,7 +166,7 @@ class Runner:
         # turn, read by drain_and_stop and the stop notice (only the loop thread touches the
         # owner itself).
         self._open_ids: tuple[int, ...] = ()
-        self._drain_taken = threading.Event()  # the loop has handed Drain over (and published)
+        self._drain_taken = threading.Event()  # the owner drains (and what is open is published)
 
     # ---- what the owner knows, for status views and tests ------------------------------------
 
@@ -283,8 +286,11 @@ class Runner:
             self._fire_timers()
             self._hand(Tick())
             self._open_ids = tuple(self.owner.open_occurrences())
-            if isinstance(item, _Feed) and isinstance(item.event, Drain):
-                self._drain_taken.set()  # after publishing what is still open
+            if self.owner.draining:
+                # After publishing what is still open. Not when the item is taken: a decision
+                # waiting for its commit holds the Drain back, and a stop decided before the
+                # owner drains would miss the work that decision is about to send.
+                self._drain_taken.set()
 
     def _hand(self, event: Event) -> None:
         try:

@@ -38,13 +38,12 @@ from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import Peer, RunnerConfig, load_runner_config
 from appliance.core import state as core
 from appliance.core.errors import InvalidConfig
-from appliance.http import HttpServer
 from appliance.http.tls import listener_context, origin_client_context
 from appliance.logs import log_stream
 from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
-from appliance.runner.admission import BODY_BYTES_MAX, create_admission_app
+from appliance.runner.admission import admission_server
 from appliance.runner.contract_startup import ContractConflict, genesis_config, startup_contract
 from appliance.runner.contract_state import remote_in_force
 from appliance.runner.drain_notice import drain_notice, open_occurrences
@@ -164,12 +163,12 @@ class RunnerProcess:
             "operator": credentials.operator,
             "recovery": credentials.recovery,
         }
-        self.admission = HttpServer(
-            create_admission_app(self.runner.admit, known),
+        self.admission = admission_server(
+            self.runner.admit,
+            known,
             host=cfg.admission_addr.host,
             port=cfg.admission_addr.port,
             name=f"admission {cfg.node_id}",
-            body_bytes_max=BODY_BYTES_MAX,
             ssl_context=listener_context(cfg.tls),
         )
         self.management: Any = None

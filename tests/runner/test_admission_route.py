@@ -139,3 +139,54 @@ def test_only_the_admit_route_is_mounted() -> None:
     )
     assert other.status_code == 404
     assert loop.calls == []
+
+
+def test_the_listener_holds_a_whole_worker_window_of_permit_requests_at_once() -> None:
+    """Each permit request waits inside the loop for a Raft commit; the worker asks for one per
+    execution it launches, up to its window (default 4 running + 16 queued). The listener must
+    take them all at once: with the HTTP default of 4 threads a burst was capped at about four
+    permits per commit latency (docs/bench-capacity.md). Every request here waits until the
+    whole window is inside ``submit`` at the same time, so fewer threads time out the barrier."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from appliance.http.client import HttpClient
+    from appliance.runner.admission import ADMISSION_THREADS, admission_server
+
+    window = 4 + 16
+    assert window <= ADMISSION_THREADS
+    inside = threading.Barrier(window, timeout=10)
+
+    def submit(binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
+        inside.wait()  # raises BrokenBarrierError unless the whole window arrives
+        return 200, {"permit": {"incarnation": incarnation}}
+
+    server = admission_server(
+        submit,
+        {"admission": Secret(ADMISSION), "cluster": Secret(CLUSTER), "worker": None},
+        host="127.0.0.1",
+        port=0,
+        name="admission test",
+    )
+    server.start()
+    http = HttpClient(read_timeout_ms=20_000)
+    try:
+        url = f"http://127.0.0.1:{server.port}{ADMIT_PATH}"
+
+        def ask(i: int) -> int:
+            body = json.dumps({"protocol": 1, "binding": BINDING, "incarnation": f"inc-{i}"})
+            reply = http.post(
+                url,
+                body.encode(),
+                headers={"Content-Type": "application/json"},
+                bearer=ADMISSION,
+                fresh_connection=True,
+            )
+            return reply.status
+
+        with ThreadPoolExecutor(window) as pool:
+            statuses = list(pool.map(ask, range(window)))
+    finally:
+        http.close()
+        server.stop()
+    assert statuses == [200] * window
