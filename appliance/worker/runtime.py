@@ -49,9 +49,18 @@ from appliance.worker.service import WorkerService, now_ms_of
 log = logging.getLogger("appliance.worker")
 
 ENGINE_SHUTDOWN_SECONDS: Final = 10.0
-# An exec holds a thread through its permit request and its fsyncs: enough for the engine's
-# default window (4 + 16, which the owner paces to) plus the observations of that work.
-HTTP_THREADS: Final = 24
+# An exec holds a thread through its permit request and its fsyncs, and the owner paces to the
+# engine's window (max_concurrent + max_queued): a thread for each of those, plus room for the
+# observations and cancels of the same work, within the HTTP layer's cap.
+HTTP_THREADS: Final = 24  # the engine's default window (4 + 16) and four more
+HTTP_THREADS_MAX: Final = 64
+OBSERVATION_THREADS: Final = 4
+
+
+def http_threads(max_concurrent: int, max_queued: int) -> int:
+    """The listener's threads for an engine window: never fewer than the default."""
+    window = max_concurrent + max_queued + OBSERVATION_THREADS
+    return max(HTTP_THREADS, min(HTTP_THREADS_MAX, window))
 
 
 @dataclass(frozen=True)
@@ -155,7 +164,7 @@ class Worker:
             body_bytes_max=BODY_BYTES_MAX,
             # Enough threads that execs waiting on their permit request (up to the admission
             # read timeout) leave room for the cancels and observations of the same work.
-            threads=HTTP_THREADS,
+            threads=http_threads(config.engine.max_concurrent, config.engine.max_queued),
             error_extra={"protocol": 1},
             ssl_context=listener_context(config.tls),
         ).start()

@@ -76,3 +76,17 @@ def test_an_engine_that_cannot_say_leaves_every_answer_unchanged() -> None:
     answer = Answer(202, {"protocol": 1, "execution_id": "s3-o1-a1", "state": "accepted"})
     assert worker.core.capacity_document() is None
     assert worker.core.with_capacity(answer) == answer
+
+
+def test_the_listener_has_a_thread_for_every_exec_of_the_window_plus_observations() -> None:
+    """The owner paces to max_concurrent + max_queued execs, each holding a listener thread
+    through its permit request; four more serve their observations. Never below the default,
+    never above the HTTP layer's cap."""
+    from appliance.worker.runtime import HTTP_THREADS, HTTP_THREADS_MAX, http_threads
+
+    assert http_threads(4, 16) == HTTP_THREADS == 24
+    assert http_threads(1, 0) == HTTP_THREADS
+    assert http_threads(4, 17) == 25
+    assert http_threads(4, 56) == HTTP_THREADS_MAX == 64
+    assert http_threads(4, 57) == HTTP_THREADS_MAX
+    assert http_threads(64, 1024) == HTTP_THREADS_MAX
