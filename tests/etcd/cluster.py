@@ -40,8 +40,9 @@ def free_port() -> int:
 
 
 class EtcdCluster:
-    def __init__(self, base: Path, size: int = 3) -> None:
+    def __init__(self, base: Path, size: int = 3, extra_args: tuple[str, ...] = ()) -> None:
         self.base = base
+        self.extra_args = extra_args  # more etcd flags (the soak bench's --snapshot-count)
         self.names = [f"m{i}" for i in range(1, size + 1)]
         self.client_port = {n: free_port() for n in self.names}
         self.peer_port = {n: free_port() for n in self.names}
@@ -74,6 +75,7 @@ class EtcdCluster:
                 "--election-timeout=500",
                 "--logger=zap",
                 "--log-level=warn",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=log,
