@@ -113,6 +113,8 @@ class Counter:
 
     offsets: dict[Path, int] = field(default_factory=dict)
     count: int = 0
+    created: int = 0  # due slots the owners' selections created
+    dropped: dict[str, int] = field(default_factory=dict)  # and dropped, by reason
 
     def update(self, logs: list[Path]) -> int:
         for path in logs:
@@ -123,8 +125,22 @@ class Counter:
                 chunk = f.read()
             end = chunk.rfind(b"\n") + 1  # count whole lines only
             self.count += chunk[:end].count(b'"dispatch_accepted"')
+            for line in chunk[:end].splitlines():
+                if b'"selection"' in line:
+                    self._selection(line)
             self.offsets[path] = self.offsets.get(path, 0) + end
         return self.count
+
+    def _selection(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return
+        if event.get("event") != "selection":
+            return
+        self.created += len(event.get("created") or ())
+        for _sid, reason, n in event.get("dropped") or ():
+            self.dropped[reason] = self.dropped.get(reason, 0) + int(n)
 
 
 def read_one(path: Path, sql: str) -> Any:
@@ -214,6 +230,8 @@ def run_backend(
             "worker_retained_through": None if floor is None else int(floor[0]),
             "worker_invocations": None if kept is None else int(kept[0]),
             "log_rows": logs_kept,
+            "created": counter.created,
+            "dropped": counter.dropped,
         }
     finally:
         cluster.stop()
@@ -248,6 +266,8 @@ def report(name: str, result: dict[str, Any], args: argparse.Namespace) -> list[
         f"{result['worker_retained_through']}, {result['worker_invocations']} invocation "
         f"records kept. Raft log rows (count, first, last): "
         + ", ".join(f"{k.split()[0]} {v}" for k, v in result["log_rows"].items())
+        + f". Due slots the owners selected: {result['created']:,} created, dropped by reason "
+        + (", ".join(f"{r} {n:,}" for r, n in sorted(result["dropped"].items())) or "none")
         + ".",
         "",
         "| store | files at 30 % (MB) | total at 30 % | files after (MB) | total after "
