@@ -48,6 +48,7 @@ EVENTS: Final[Mapping[str, tuple[str, ...]]] = {
     "initial_schedules_refused": ("reason",),
     "binding_unknown": ("occurrence", "attempt"),
     "loop_error": ("error",),
+    "list_failed": ("error",),
     "loop_queue_full": ("dropped",),
     "selection": ("at", "created", "dropped", "ignored", "retired", "late_ms"),
     "observation_refused": ("at", "reason"),

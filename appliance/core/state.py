@@ -169,7 +169,13 @@ from appliance.core.state_errors import (
     UnknownOccurrence,
     UnknownSchedule,
 )
-from appliance.core.state_model import SchedulerState, list_view
+from appliance.core.state_model import (
+    ListSnapshot,
+    SchedulerState,
+    list_snapshot,
+    list_view,
+    render_list,
+)
 from appliance.core.state_parts import (
     _PART_KINDS,
     DROP_REASONS,
@@ -247,6 +253,7 @@ __all__ = [
     "IncarnationMismatch",
     "InvalidCommand",
     "Invocation",
+    "ListSnapshot",
     "MarkUnknown",
     "NotAcquired",
     "NoteCapacityWait",
@@ -303,6 +310,7 @@ __all__ = [
     "from_json",
     "invocation_from_json",
     "invocation_to_json",
+    "list_snapshot",
     "list_view",
     "needs_amended_reader",
     "needs_cancelling_reader",
@@ -317,5 +325,6 @@ __all__ = [
     "register_command_type",
     "register_part_kind",
     "remote_in_force",
+    "render_list",
     "to_json",
 ]

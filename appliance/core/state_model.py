@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections import Counter
-from typing import Any
+from typing import Any, NamedTuple
 
 from appliance.core.canonical import canonical_json, sha256_hex
 from appliance.core.limits import Limits
@@ -223,29 +223,42 @@ class SchedulerState:
         return min(self.occurrences[i].not_before_s or 0 for i in waiting)
 
 
-def list_view(state: SchedulerState) -> dict[str, Any]:
-    """The operator's ``list``: every schedule with its counters, and every retained record."""
+class ListSnapshot(NamedTuple):
+    """What the operator's ``list`` shows, taken under the state's lock: references to immutable
+    values (records, definitions, progress are replaced, never mutated, by every transition)
+    and the counters computed then, so the view is rendered after the lock is released."""
+
+    schedules: tuple[tuple[Schedule, Progress, dict[str, int]], ...]
+    occurrences: tuple[Occurrence, ...]
+    counts: Counts
+    paused: Any
+
+
+def list_snapshot(state: SchedulerState) -> ListSnapshot:
+    return ListSnapshot(
+        tuple(
+            (state.schedules[sid], state.progress[sid], state.schedule_counts(sid))
+            for sid in sorted(state.schedules)
+        ),
+        tuple(state.occurrences[i] for i in sorted(state.occurrences)),
+        state.counts(),
+        state.extra.get("paused"),  # appliance/core/pause.py
+    )
+
+
+def render_list(snapshot: ListSnapshot) -> dict[str, Any]:
+    """The JSON-able view of a ``list_snapshot`` (no lock needed)."""
     schedules = []
-    for sid in sorted(state.schedules):
-        s = state.schedules[sid]
-        p = state.progress[sid]
+    for s, p, counts in snapshot.schedules:
         view = _schedule_json(s)
         if "kept" in view:  # the operator sees which code a live record runs, not the code
             view["kept"] = [[k.until_id, payload_digest(k.code)] for k in s.kept]
-        schedules.append(
-            {
-                **view,
-                **_progress_json(p),
-                "counts": state.schedule_counts(sid),
-            }
-        )
-    occurrences = [occurrence_to_json(state.occurrences[i]) for i in sorted(state.occurrences)]
-    counts = state.counts()
-    paused = state.extra.get("paused")  # appliance/core/pause.py
+        schedules.append({**view, **_progress_json(p), "counts": counts})
+    counts = snapshot.counts
     return {
-        **({"paused": paused} if paused is not None else {}),
+        **({"paused": snapshot.paused} if snapshot.paused is not None else {}),
         "schedules": schedules,
-        "occurrences": occurrences,
+        "occurrences": [occurrence_to_json(o) for o in snapshot.occurrences],
         "counts": {
             "records": counts.records,
             "outstanding": counts.outstanding,
@@ -253,3 +266,8 @@ def list_view(state: SchedulerState) -> dict[str, Any]:
             "by_state": counts.by_state,
         },
     }
+
+
+def list_view(state: SchedulerState) -> dict[str, Any]:
+    """The operator's ``list``: every schedule with its counters, and every retained record."""
+    return render_list(list_snapshot(state))

@@ -41,6 +41,11 @@ S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
+def list_reply(node_id: str, snapshot: core.ListSnapshot) -> dict[str, Any]:
+    """``list``: this voter's applied state, as it is here (any voter answers it; it may lag)."""
+    return {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+
+
 class RequestDecisions(PacedDispatch):
     cfg: RunnerConfig
     _genesis_cfg: RunnerConfig  # the genesis contract (``Owner``); amendments fold over it
@@ -140,8 +145,7 @@ class RequestDecisions(PacedDispatch):
     def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action = command.action
         if action == "list":
-            view = self._read(core.list_view)
-            return {"ok": True, "stale_local_view": True, "node": self.node_id, **view}
+            return list_reply(self.node_id, self._read(core.list_snapshot))
         if self.epoch is None:
             raise self._not_owner()
         if action == "status":

@@ -298,6 +298,21 @@ def test_status_identifies_ownership_and_list_says_it_is_a_stale_local_view() ->
         assert listing["stale_local_view"] is True
 
 
+def test_list_is_answered_without_the_loop() -> None:
+    """``list`` is the local applied state and needs nothing of the owner: it is rendered on the
+    caller's thread, so a busy (here: stopped) loop never holds it, and it never holds the loop
+    (a 1,024-record list on the loop delayed every admission behind it)."""
+    with Voter() as v:
+        create(v)
+        v.advance_to(T0 + 60)
+        v.wait_state(1, "Succeeded")
+        v.runner.drain_and_stop(0.0)  # the loop thread is gone; the applied state stays
+        listing = v.command('{"action":"list"}')
+        assert listing["ok"] is True and listing["stale_local_view"] is True
+        assert [o["state"] for o in listing["occurrences"]] == ["Succeeded"]
+        assert listing["counts"]["records"] == 1
+
+
 def test_invalid_operator_commands_are_400_and_change_nothing() -> None:
     with Voter() as v:
         bad = definition(cron="0 0 31 2 *")
