@@ -35,16 +35,15 @@ import json
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import apsw
 
 from appliance.core.canonical import canonical_digest, canonical_json
-from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
 from appliance.protocol.v1 import ID_MAX, Invocation, check_invocation_key
 from appliance.store import schema
+from appliance.store import worker_records as rules
 from appliance.store.checksum import checksum, matches
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
 from appliance.store.group_sync import GroupSync
@@ -52,9 +51,22 @@ from appliance.store.opened import OpenedStore
 from appliance.store.opening import open_guarded
 from appliance.store.sqlite import DataDirLock, transaction
 from appliance.store.versions import KIND_WORKER, WORKER_FILE_NAME
+from appliance.store.worker_records import (
+    EXECUTION_OUTPUT_BYTES_MAX,
+    EXECUTION_STATUSES,
+    PRUNE_LOOKAHEAD_FACTOR,
+    TERMINAL_STATUSES,
+    ExecutionRecord,
+    InvocationRecord,
+    Pruned,
+    Reserved,
+)
 
-__all__ = [
+__all__ = [  # the records and their constants live in worker_records.py; re-exported here
     "EXECUTION_OUTPUT_BYTES_MAX",
+    "EXECUTION_STATUSES",
+    "PRUNE_LOOKAHEAD_FACTOR",
+    "TERMINAL_STATUSES",
     "ExecutionRecord",
     "Invocation",
     "InvocationRecord",
@@ -63,92 +75,8 @@ __all__ = [
     "WorkerStore",
 ]
 
-EXECUTION_OUTPUT_BYTES_MAX = 256 * 1024
 WRITTEN_KEYS_MAX = 4096  # entries kept for the read barrier before the durable ones are dropped
-EXECUTION_STATUSES = (
-    "submitted",
-    "running",
-    "completed",
-    "failed",
-    "timed_out",
-    "cancelled",
-    "lost",
-)
-TERMINAL_STATUSES = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
 META_RETAINED_THROUGH = "retained_through"  # W: the highest occurrence id pruning may reach
-# A prune looks at up to this many candidates per batch of ``rows_max``: room for the few whose
-# execution is still unfinished (kept until it finishes) without re-reading the whole table.
-PRUNE_LOOKAHEAD_FACTOR = 4
-
-
-@dataclass(frozen=True)
-class Pruned:
-    """One retention batch: invocation records deleted, and whether another batch has work now
-    (False when nothing was deleted, so a caller that loops on it never spins)."""
-
-    deleted: int
-    more: bool
-
-
-@dataclass(frozen=True)
-class InvocationRecord:
-    """Everything durable about one invocation. ``binding`` is ``None`` for a fence that arrived
-    before any reservation. ``consumed`` is ``{"execution_id", "at_ms", "incarnation_id"}``;
-    ``fence`` is ``{"reason", "at_ms", "before_consume", "incarnation_id"}``."""
-
-    invocation: Invocation
-    binding: dict[str, Any] | None
-    reserved_at_ms: int | None
-    reserved_by: str | None
-    permit: dict[str, Any] | None
-    permit_at_ms: int | None
-    permit_incarnation_id: str | None
-    consumed: dict[str, Any] | None
-    fence: dict[str, Any] | None
-    receipt: dict[str, Any] | None
-    receipt_at_ms: int | None
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "binding": self.binding,
-            "reserved_at_ms": self.reserved_at_ms,
-            "reserved_by": self.reserved_by,
-            "permit": self.permit,
-            "permit_at_ms": self.permit_at_ms,
-            "permit_incarnation_id": self.permit_incarnation_id,
-            "consumed": self.consumed,
-            "fence": self.fence,
-            "receipt": self.receipt,
-            "receipt_at_ms": self.receipt_at_ms,
-        }
-
-
-@dataclass(frozen=True)
-class Reserved:
-    record: InvocationRecord
-    created: bool  # False: the invocation was already reserved (or fenced) before this call
-
-
-@dataclass(frozen=True)
-class ExecutionRecord:
-    execution_id: str
-    invocation: Invocation
-    incarnation_id: str
-    status: str
-    created_at_ms: int
-    updated_at_ms: int
-    finished_at_ms: int | None
-    output: bytes
-    result: Any
-    error: str | None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-
-def _empty_record(invocation: Invocation) -> InvocationRecord:
-    return InvocationRecord(invocation, None, None, None, None, None, None, None, None, None, None)
 
 
 class WorkerStore(OpenedStore):
@@ -329,25 +257,19 @@ class WorkerStore(OpenedStore):
         without binding: the binding is filled in, and the record stays fenced.
         """
         self._check_namespace(invocation)
-        canonical_binding = json.loads(canonical_json(binding))
+        canonical_binding = rules.canonical(binding)
         with self._write(True):
             existing = self._load(invocation)
-            if existing is not None and existing.binding is not None:
-                if existing.binding != canonical_binding:
-                    raise WorkerRecordRefused(
-                        "binding_mismatch",
-                        f"invocation {invocation.key()} is reserved with a different binding",
-                    )
-                return Reserved(existing, created=False)
-            base = existing or _empty_record(invocation)
-            record = _replace(
-                base,
-                binding=canonical_binding,
-                reserved_at_ms=now_ms,
-                reserved_by=self.incarnation_id,
+            reserved = rules.reserve(
+                existing,
+                invocation,
+                canonical_binding,
+                incarnation_id=self.incarnation_id,
+                now_ms=now_ms,
             )
-            self._save(record)
-            return Reserved(record, created=existing is None)
+            if reserved.record is not existing:
+                self._save(reserved.record)
+            return reserved
 
     def record_permit(
         self, invocation: Invocation, permit: dict[str, Any], *, now_ms: int
@@ -357,32 +279,18 @@ class WorkerStore(OpenedStore):
         Refused: ``not_reserved``; ``permit_mismatch`` when a different permit is recorded.
         """
         self._check_namespace(invocation)
-        canonical_permit = json.loads(canonical_json(permit))
+        canonical_permit = rules.canonical(permit)
         with self._write(True):
-            record = self._require_reserved(invocation)
-            if record.permit is not None:
-                if record.permit != canonical_permit:
-                    raise WorkerRecordRefused(
-                        "permit_mismatch",
-                        f"invocation {invocation.key()} already holds a different permit",
-                    )
-                return record
-            record = _replace(
-                record,
-                permit=canonical_permit,
-                permit_at_ms=now_ms,
-                permit_incarnation_id=self.incarnation_id,
+            change = rules.record_permit(
+                self._load(invocation),
+                invocation,
+                canonical_permit,
+                incarnation_id=self.incarnation_id,
+                now_ms=now_ms,
             )
-            self._save(record)
-            return record
-
-    def _require_reserved(self, invocation: Invocation) -> InvocationRecord:
-        record = self._load(invocation)
-        if record is None or record.binding is None:
-            raise WorkerRecordRefused(
-                "not_reserved", f"invocation {invocation.key()} is not reserved"
-            )
-        return record
+            if change.changed:
+                self._save(change.record)
+            return change.record
 
     def consume(self, invocation: Invocation, *, execution_id: str, now_ms: int) -> ExecutionRecord:
         """Consume the permit and create the execution record (status ``submitted``), atomically.
@@ -393,45 +301,16 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         with self._write(True):
-            record = self._require_reserved(invocation)
-            if record.consumed is not None:
-                raise WorkerRecordRefused(
-                    "already_consumed",
-                    f"invocation {invocation.key()} was already consumed by execution "
-                    f"{record.consumed['execution_id']}",
-                )
-            if record.fence is not None:
-                raise WorkerRecordRefused("fenced", f"invocation {invocation.key()} is fenced")
-            if record.permit is None:
-                raise WorkerRecordRefused(
-                    "no_permit", f"invocation {invocation.key()} has no permit"
-                )
-            if record.permit_incarnation_id != self.incarnation_id:
-                raise WorkerRecordRefused(
-                    "stale_permit",
-                    f"invocation {invocation.key()}: the permit was obtained by incarnation "
-                    f"{record.permit_incarnation_id}, not by this one",
-                )
+            record, execution = rules.consume(
+                self._load(invocation),
+                invocation,
+                execution_id=execution_id,
+                incarnation_id=self.incarnation_id,
+                now_ms=now_ms,
+            )
             if self._load_execution(execution_id) is not None:
                 raise ValueError(f"execution id {execution_id!r} is already used")
-            consumed = {
-                "execution_id": execution_id,
-                "at_ms": now_ms,
-                "incarnation_id": self.incarnation_id,
-            }
-            self._save(_replace(record, consumed=consumed))
-            execution = ExecutionRecord(
-                execution_id=execution_id,
-                invocation=invocation,
-                incarnation_id=self.incarnation_id,
-                status="submitted",
-                created_at_ms=now_ms,
-                updated_at_ms=now_ms,
-                finished_at_ms=None,
-                output=b"",
-                result=None,
-                error=None,
-            )
+            self._save(record)
             self._save_execution(execution)
             return execution
 
@@ -443,18 +322,16 @@ class WorkerStore(OpenedStore):
         """
         self._check_namespace(invocation)
         with self._write(True):
-            record = self._load(invocation) or _empty_record(invocation)
-            if record.fence is not None:
-                return record
-            fence = {
-                "reason": reason,
-                "at_ms": now_ms,
-                "before_consume": record.consumed is None,
-                "incarnation_id": self.incarnation_id,
-            }
-            record = _replace(record, fence=fence)
-            self._save(record)
-            return record
+            change = rules.fence(
+                self._load(invocation),
+                invocation,
+                reason=reason,
+                incarnation_id=self.incarnation_id,
+                now_ms=now_ms,
+            )
+            if change.changed:
+                self._save(change.record)
+            return change.record
 
     def record_receipt(
         self,
@@ -470,23 +347,14 @@ class WorkerStore(OpenedStore):
         see the module doc.
         """
         self._check_namespace(invocation)
-        canonical_receipt = json.loads(canonical_json(receipt))
+        canonical_receipt = rules.canonical(receipt)
         with self._write(durable):
-            record = self._require_reserved(invocation)
-            if record.consumed is None:
-                raise WorkerRecordRefused(
-                    "not_consumed", f"invocation {invocation.key()} was never consumed"
-                )
-            if record.receipt is not None:
-                if record.receipt != canonical_receipt:
-                    raise WorkerRecordRefused(
-                        "receipt_mismatch",
-                        f"invocation {invocation.key()} already holds a different receipt",
-                    )
-                return record
-            record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
-            self._save(record)
-            return record
+            change = rules.record_receipt(
+                self._load(invocation), invocation, canonical_receipt, now_ms=now_ms
+            )
+            if change.changed:
+                self._save(change.record)
+            return change.record
 
     # ----------------------------------------------------------------- retention
     def retained_through(self) -> int:
@@ -619,37 +487,10 @@ class WorkerStore(OpenedStore):
         ``running`` (see the module doc); a terminal status is always written durably. Strings in
         ``result`` and ``error`` get the engine's encoding rule (lone surrogates become U+FFFD);
         a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError)."""
-        if status not in EXECUTION_STATUSES or status == "submitted":
-            raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
-        if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
-            raise ValueError(
-                f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
-            )
-        # Script text may hold lone surrogates: the engine's one encoding rule (U+FFFD, see
-        # appliance/engine/text.py) is applied here too, so a record always encodes.
-        result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
-        error = None if error is None else well_formed(error)
-        canonical_json(result)  # refuse a result that is not JSON before anything is written
+        progress = rules.checked_progress(status, output, result, error)
         with self._write(durable):
-            current = self._load_execution(execution_id)
-            if current is None:
-                raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
-            if current.finished:
-                raise WorkerRecordRefused(
-                    "execution_finished",
-                    f"execution {execution_id} already finished as {current.status}",
-                )
-            updated = ExecutionRecord(
-                execution_id=execution_id,
-                invocation=current.invocation,
-                incarnation_id=current.incarnation_id,
-                status=status,
-                created_at_ms=current.created_at_ms,
-                updated_at_ms=now_ms,
-                finished_at_ms=now_ms if status in TERMINAL_STATUSES else None,
-                output=current.output if output is None else bytes(output),
-                result=result,
-                error=error,
+            updated = rules.progressed(
+                self._load_execution(execution_id), execution_id, progress, now_ms=now_ms
             )
             self._save_execution(updated)
             return updated
@@ -666,11 +507,6 @@ class WorkerStore(OpenedStore):
                 (self.incarnation_id,),
             ).fetchall()
             return [_execution_from_row(self.path, row) for row in rows]
-
-
-def _replace(record: InvocationRecord, **changes: Any) -> InvocationRecord:
-    values = {"invocation": record.invocation, **record.body(), **changes}
-    return InvocationRecord(**values)
 
 
 def _execution_from_row(path: Path, row: tuple) -> ExecutionRecord:

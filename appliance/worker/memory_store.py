@@ -22,12 +22,10 @@ from typing import Any
 
 from appliance.core.canonical import canonical_json
 from appliance.protocol.v1 import ID_MAX, Invocation, check_invocation_key
+from appliance.store import worker_records as rules
 from appliance.store.errors import WorkerRecordRefused
-from appliance.store.worker_store import (
-    EXECUTION_OUTPUT_BYTES_MAX,
-    EXECUTION_STATUSES,
+from appliance.store.worker_records import (
     PRUNE_LOOKAHEAD_FACTOR,
-    TERMINAL_STATUSES,
     ExecutionRecord,
     InvocationRecord,
     Pruned,
@@ -132,95 +130,45 @@ class MemoryWorkerStore:
 
     def reserve(self, invocation: Invocation, binding: dict[str, Any], *, now_ms: int) -> Reserved:
         self._check_namespace(invocation)
-        canonical_binding = json.loads(canonical_json(binding))
         existing = self._load(invocation)
-        if existing is not None and existing.binding is not None:
-            if existing.binding != canonical_binding:
-                raise WorkerRecordRefused(
-                    "binding_mismatch",
-                    f"invocation {invocation.key()} is reserved with a different binding",
-                )
-            return Reserved(existing, created=False)
-        base = existing or _empty_record(invocation)
-        record = _replace(
-            base,
-            binding=canonical_binding,
-            reserved_at_ms=now_ms,
-            reserved_by=self._incarnation_id,
+        reserved = rules.reserve(
+            existing,
+            invocation,
+            rules.canonical(binding),
+            incarnation_id=self._incarnation_id,
+            now_ms=now_ms,
         )
-        self._save(record)
-        return Reserved(record, created=existing is None)
+        if reserved.record is not existing:
+            self._save(reserved.record)
+        return reserved
 
     def record_permit(
         self, invocation: Invocation, permit: dict[str, Any], *, now_ms: int
     ) -> InvocationRecord:
         self._check_namespace(invocation)
-        canonical_permit = json.loads(canonical_json(permit))
-        record = self._require_reserved(invocation)
-        if record.permit is not None:
-            if record.permit != canonical_permit:
-                raise WorkerRecordRefused(
-                    "permit_mismatch",
-                    f"invocation {invocation.key()} already holds a different permit",
-                )
-            return record
-        record = _replace(
-            record,
-            permit=canonical_permit,
-            permit_at_ms=now_ms,
-            permit_incarnation_id=self._incarnation_id,
+        change = rules.record_permit(
+            self._load(invocation),
+            invocation,
+            rules.canonical(permit),
+            incarnation_id=self._incarnation_id,
+            now_ms=now_ms,
         )
-        self._save(record)
-        return record
-
-    def _require_reserved(self, invocation: Invocation) -> InvocationRecord:
-        record = self._load(invocation)
-        if record is None or record.binding is None:
-            raise WorkerRecordRefused(
-                "not_reserved", f"invocation {invocation.key()} is not reserved"
-            )
-        return record
+        if change.changed:
+            self._save(change.record)
+        return change.record
 
     def consume(self, invocation: Invocation, *, execution_id: str, now_ms: int) -> ExecutionRecord:
         self._check_namespace(invocation)
-        record = self._require_reserved(invocation)
-        if record.consumed is not None:
-            raise WorkerRecordRefused(
-                "already_consumed",
-                f"invocation {invocation.key()} was already consumed by execution "
-                f"{record.consumed['execution_id']}",
-            )
-        if record.fence is not None:
-            raise WorkerRecordRefused("fenced", f"invocation {invocation.key()} is fenced")
-        if record.permit is None:
-            raise WorkerRecordRefused("no_permit", f"invocation {invocation.key()} has no permit")
-        if record.permit_incarnation_id != self._incarnation_id:
-            raise WorkerRecordRefused(
-                "stale_permit",
-                f"invocation {invocation.key()}: the permit was obtained by incarnation "
-                f"{record.permit_incarnation_id}, not by this one",
-            )
+        record, execution = rules.consume(
+            self._load(invocation),
+            invocation,
+            execution_id=execution_id,
+            incarnation_id=self._incarnation_id,
+            now_ms=now_ms,
+        )
         if execution_id in self._executions:
             raise ValueError(f"execution id {execution_id!r} is already used")
-        consumed = {
-            "execution_id": execution_id,
-            "at_ms": now_ms,
-            "incarnation_id": self._incarnation_id,
-        }
-        execution = ExecutionRecord(
-            execution_id=execution_id,
-            invocation=invocation,
-            incarnation_id=self._incarnation_id,
-            status="submitted",
-            created_at_ms=now_ms,
-            updated_at_ms=now_ms,
-            finished_at_ms=None,
-            output=b"",
-            result=None,
-            error=None,
-        )
-        consumed_record = _replace(record, consumed=consumed)
-        body = json.loads(canonical_json(consumed_record.body()))
+        body = json.loads(canonical_json(record.body()))
 
         def change(image: dict[str, Any]) -> None:  # one transaction: both rows or neither
             image["invocations"][invocation.key()] = body
@@ -231,18 +179,16 @@ class MemoryWorkerStore:
 
     def fence(self, invocation: Invocation, *, reason: str, now_ms: int) -> InvocationRecord:
         self._check_namespace(invocation)
-        record = self._load(invocation) or _empty_record(invocation)
-        if record.fence is not None:
-            return record
-        fence = {
-            "reason": reason,
-            "at_ms": now_ms,
-            "before_consume": record.consumed is None,
-            "incarnation_id": self._incarnation_id,
-        }
-        record = _replace(record, fence=fence)
-        self._save(record)
-        return record
+        change = rules.fence(
+            self._load(invocation),
+            invocation,
+            reason=reason,
+            incarnation_id=self._incarnation_id,
+            now_ms=now_ms,
+        )
+        if change.changed:
+            self._save(change.record)
+        return change.record
 
     def record_receipt(
         self,
@@ -253,22 +199,12 @@ class MemoryWorkerStore:
         durable: bool = True,
     ) -> InvocationRecord:
         self._check_namespace(invocation)
-        canonical_receipt = json.loads(canonical_json(receipt))
-        record = self._require_reserved(invocation)
-        if record.consumed is None:
-            raise WorkerRecordRefused(
-                "not_consumed", f"invocation {invocation.key()} was never consumed"
-            )
-        if record.receipt is not None:
-            if record.receipt != canonical_receipt:
-                raise WorkerRecordRefused(
-                    "receipt_mismatch",
-                    f"invocation {invocation.key()} already holds a different receipt",
-                )
-            return record
-        record = _replace(record, receipt=canonical_receipt, receipt_at_ms=now_ms)
-        self._save(record, durable)
-        return record
+        change = rules.record_receipt(
+            self._load(invocation), invocation, rules.canonical(receipt), now_ms=now_ms
+        )
+        if change.changed:
+            self._save(change.record, durable)
+        return change.record
 
     # -- retention --
 
@@ -326,32 +262,11 @@ class MemoryWorkerStore:
         error: str | None = None,
         durable: bool = True,
     ) -> ExecutionRecord:
-        if status not in EXECUTION_STATUSES or status == "submitted":
-            raise ValueError(f"status must be one of {EXECUTION_STATUSES[1:]}, got {status!r}")
-        if output is not None and len(output) > EXECUTION_OUTPUT_BYTES_MAX:
-            raise ValueError(
-                f"execution output is {len(output)} bytes, over {EXECUTION_OUTPUT_BYTES_MAX}"
-            )
-        result = json.loads(canonical_json(result))
-        current = self._executions.get(execution_id)
-        if current is None:
-            raise WorkerRecordRefused("unknown_execution", f"no execution {execution_id!r}")
-        if current.finished:
-            raise WorkerRecordRefused(
-                "execution_finished",
-                f"execution {execution_id} already finished as {current.status}",
-            )
-        updated = ExecutionRecord(
-            execution_id=execution_id,
-            invocation=current.invocation,
-            incarnation_id=current.incarnation_id,
-            status=status,
-            created_at_ms=current.created_at_ms,
-            updated_at_ms=now_ms,
-            finished_at_ms=now_ms if status in TERMINAL_STATUSES else None,
-            output=current.output if output is None else bytes(output),
-            result=result,
-            error=error,
+        progress = rules.checked_progress(status, output, result, error)
+        # The result as a read from disk gives it back (SQLite stores canonical JSON).
+        progress = progress._replace(result=json.loads(canonical_json(progress.result)))
+        updated = rules.progressed(
+            self._executions.get(execution_id), execution_id, progress, now_ms=now_ms
         )
         self._commit(lambda image: image["executions"].__setitem__(execution_id, updated), durable)
         return updated
@@ -365,14 +280,6 @@ class MemoryWorkerStore:
             ),
             key=lambda e: e.execution_id,
         )
-
-
-def _empty_record(invocation: Invocation) -> InvocationRecord:
-    return InvocationRecord(invocation, None, None, None, None, None, None, None, None, None, None)
-
-
-def _replace(record: InvocationRecord, **changes: Any) -> InvocationRecord:
-    return InvocationRecord(**{"invocation": record.invocation, **record.body(), **changes})
 
 
 class MemoryStores:
