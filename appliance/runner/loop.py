@@ -8,7 +8,9 @@ the queue go: leadership changes (from the replication layer), operator commands
 requests, and the answers of background work — proposals and read barriers (on the proposer
 pool), worker calls (on the task pool). After each item the loop fires the due timers (a heap on
 the monotonic clock) and hands the owner a ``Tick``; it wakes at least every ``WAKE_S_MAX`` and at
-the owner's next due instant (a wall instant on the injected, possibly scaled, clock).
+the owner's next due instant (a wall instant on the injected, possibly scaled, clock). Two
+operator commands do not go through it: membership changes (Raft entries, not Machine commands)
+and ``list`` (this voter's local applied view, rendered on the caller's thread).
 
 The loop thread never blocks on Raft or the worker: a proposal, a barrier or a worker call runs
 on a pool and its answer comes back through the queue, where the owner continues the decision
