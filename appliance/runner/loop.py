@@ -32,7 +32,6 @@ from typing import Any, Final
 
 from appliance.clock import RunnerClock
 from appliance.config.runner import RunnerConfig
-from appliance.core import state as core
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner import ownership
 from appliance.runner.applied import Accepted, Refused
@@ -248,7 +247,7 @@ class Runner:
         1,024 records on the loop held every admission behind it for tens of milliseconds (and
         the Raft apply behind the lock)."""
         try:
-            return list_reply(self.node_id, self.machine.read(core.list_snapshot))
+            return list_reply(self.node_id, self.machine.read)
         except Exception as exc:  # a bug must not kill the caller's thread either
             self.log.emit("list_failed", error=repr(exc))
             return error_reply(503, "unavailable", "the runner could not render its local view")

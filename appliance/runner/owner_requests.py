@@ -41,8 +41,11 @@ S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
-def list_reply(node_id: str, snapshot: core.ListSnapshot) -> dict[str, Any]:
-    """``list``: this voter's applied state, as it is here (any voter answers it; it may lag)."""
+def list_reply(node_id: str, read: Callable[..., Any]) -> dict[str, Any]:
+    """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
+    ``read`` (the machine's) takes only the references under its lock; the view is rendered
+    after."""
+    snapshot: core.ListSnapshot = read(core.list_snapshot)
     return {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
 
 
@@ -145,7 +148,7 @@ class RequestDecisions(PacedDispatch):
     def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action = command.action
         if action == "list":
-            return list_reply(self.node_id, self._read(core.list_snapshot))
+            return list_reply(self.node_id, self._read)
         if self.epoch is None:
             raise self._not_owner()
         if action == "status":

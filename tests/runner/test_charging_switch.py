@@ -37,7 +37,9 @@ def test_adopt_charging_is_a_gated_kind() -> None:
 def test_the_owner_switches_once_after_acquiring_and_the_log_replays_identically() -> None:
     with Voter() as v:
         wait_until(lambda: v.machine.read(core.charging_rules) == 2, "charging rules 2")
-        assert v.events("charging_adopted") == [{**v.events("charging_adopted")[0], "rules": 2}]
+        # Applied before the loop logs the answer: wait for the log line too.
+        adopted = wait_until(lambda: v.events("charging_adopted"), "the charging decision")
+        assert adopted == [{**adopted[0], "rules": 2}]
         v.restart()  # a new acquisition: the checkpoint names rules 2 already
         wait_until(lambda: v.events("ownership_acquired")[1:], "the second acquisition")
         v.advance_to(v.clock.now_s() + 1)

@@ -55,7 +55,8 @@ def test_re_sending_stops_at_the_grant_expiry_and_the_attempt_is_fenced_not_unkn
         v.advance_to(expiry_s)
         record = v.wait_state(1, "Pending")
         assert record.attempt == 2 and record.retries_used == 0
-        fenced = v.events("dispatch_fenced")
+        # The fence is applied before the loop logs its answer: wait for the log line too.
+        fenced = wait_until(lambda: v.events("dispatch_fenced"), "the fence's decision")
         assert len(fenced) == 1 and "grant expired" in fenced[0]["reason"]
         assert "engine_unavailable" in fenced[0]["reason"]
         execs = v.worker.count("exec")
