@@ -28,7 +28,8 @@ etcd's own files: its WAL is written in 64 MB preallocated segments and purged (
 ``--max-wals`` 5) only after etcd snapshots, every ``--snapshot-count`` applied entries. etcd 3.4's
 default is 100,000 entries (etcd 3.6 lowered it to 10,000, the figure issue 19 cites), i.e. up to
 5 segments before the first purge; the bench runs the members with ``--etcd-snapshot-count``
-(10,000 unless told; 0 keeps the binary's default) and says so in its table.
+(10,000 unless told; 0 keeps the binary's default), ``--etcd-max-wals`` if given, and says so in
+its table.
 
 Run (the full issue figure, roughly 30 minutes per backend on this machine):
 ``nice .venv/bin/python bench/bench_soak.py --occurrences 100000``; a bounded slice:
@@ -334,6 +335,12 @@ def main() -> int:
         default=10_000,
         help="etcd's --snapshot-count (0: the binary's own default, 100,000 in etcd 3.4)",
     )
+    parser.add_argument(
+        "--etcd-max-wals",
+        type=int,
+        default=0,
+        help="etcd's --max-wals, the WAL segments it keeps (0: the binary's default, 5)",
+    )
     args = parser.parse_args()
     deadline_real_s = (TIMEOUT_SECONDS + OBSERVE_GRACE_S) / args.time_scale
     if deadline_real_s <= TIMEOUT_SECONDS:
@@ -359,10 +366,13 @@ def main() -> int:
         if args.backend in ("etcd", "both"):
             (base / "etcd").mkdir()
             (base / "etcd-data").mkdir()
-            flags = (
-                (f"--snapshot-count={args.etcd_snapshot_count}",)
-                if args.etcd_snapshot_count
-                else ()
+            flags = tuple(
+                f"--{name}={value}"
+                for name, value in (
+                    ("snapshot-count", args.etcd_snapshot_count),
+                    ("max-wals", args.etcd_max_wals),
+                )
+                if value
             )
             etcd = EtcdCluster(base / "etcd-data", 3, extra_args=flags)
             etcd.start()
