@@ -134,7 +134,8 @@ def reserve(
 ) -> Reserved:
     """The first reservation fixes the binding; a repeat with the same binding returns what
     exists (which may be permitted, consumed or fenced); another binding is refused
-    (``binding_mismatch``). A fence that came first keeps the record fenced."""
+    (``binding_mismatch``). A fence that came first keeps the record fenced. Nothing to write
+    when the returned record is ``existing`` itself (a repeat)."""
     if existing is not None and existing.binding is not None:
         if existing.binding != binding:
             raise WorkerRecordRefused(
@@ -272,7 +273,7 @@ def record_receipt(
     return Change(replace_record(record, receipt=receipt, receipt_at_ms=now_ms), changed=True)
 
 
-class Progress(NamedTuple):
+class ExecutionProgress(NamedTuple):
     """Engine progress, checked and encoded before anything is read or written."""
 
     status: str
@@ -281,7 +282,9 @@ class Progress(NamedTuple):
     error: str | None
 
 
-def checked_progress(status: str, output: bytes | None, result: Any, error: str | None) -> Progress:
+def checked_progress(
+    status: str, output: bytes | None, result: Any, error: str | None
+) -> ExecutionProgress:
     """``ValueError`` for a status that is not progress or an output over
     ``EXECUTION_OUTPUT_BYTES_MAX``. Strings in ``result`` and ``error`` get the engine's encoding
     rule (lone surrogates become U+FFFD, appliance/engine/text.py), so a record always encodes;
@@ -295,11 +298,11 @@ def checked_progress(status: str, output: bytes | None, result: Any, error: str 
         )
     result = well_formed_json(result, STORED_JSON_DEPTH_MAX)
     canonical_json(result)
-    return Progress(status, output, result, None if error is None else well_formed(error))
+    return ExecutionProgress(status, output, result, None if error is None else well_formed(error))
 
 
 def progressed(
-    current: ExecutionRecord | None, execution_id: str, progress: Progress, *, now_ms: int
+    current: ExecutionRecord | None, execution_id: str, progress: ExecutionProgress, *, now_ms: int
 ) -> ExecutionRecord:
     """The execution after ``progress``. Refused: ``unknown_execution``, and
     ``execution_finished`` (a finished execution never changes again)."""
