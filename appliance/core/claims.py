@@ -51,10 +51,9 @@ def claimable(st: SchedulerState) -> list[tuple[int, int]]:
     if PAUSED_PART in st.extra:
         return out  # paused (appliance/core/pause.py): nothing starts
     running = st.counts().running
-    for sid, schedule in st.schedules.items():
+    for sid in st.schedules_with_pending():
+        schedule = st.schedules[sid]
         pending = st.pending_ids(sid)
-        if not pending:
-            continue
         overlap = schedule.definition.policy.overlap
         schedule_free = not st.schedule_counts(sid)["running"]
         for oid in pending:

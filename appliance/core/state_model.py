@@ -212,6 +212,14 @@ class SchedulerState:
     def pending_ids(self, schedule_id: int) -> tuple[int, ...]:
         return tuple(self._index.pending.get(schedule_id, ()))
 
+    def schedules_with_pending(self) -> list[int]:
+        """Ids of the schedules that have a Pending record, in schedule order (the owner plans
+        claims every pass: with a burst's records all claimed, that is none of them)."""
+        pending = self._index.pending
+        if not pending:
+            return []
+        return [sid for sid in self.schedules if sid in pending]
+
     def retry_waiting_ids(self) -> list[int]:
         return sorted(self._index.retry_waiting)
 

@@ -7,7 +7,10 @@ square of the connections, and on this machine 1,500 of them kept one core busy 
 honest requests by seconds.
 
 Here a connection's interest is evaluated again only when something could have changed it: it
-had an event in this pass, it is new (accepted) or gone, or a worker thread changed it. Waitress's
+had an event in this pass, it is new (accepted) or gone, or a worker thread changed it — a
+connection with no interest at all (its request is being served) is not looked at again on every
+pass either: with a window of requests in service and a pass per event, that alone was a third of
+a busy worker's CPU. Waitress's
 worker threads change a connection only while serving it; ``Channel`` then puts its descriptor on
 the server's ``changed`` queue and pulls the trigger (appliance.http.connections), so the loop
 re-evaluates exactly those. Every connection is re-evaluated once a second as well (the upkeep
@@ -46,9 +49,11 @@ def run_loop(
     both atomic)."""
     selector = selectors.DefaultSelector()
     registered: dict[int, tuple[Any, int]] = {}  # fd -> (object, mask)
+    evaluated: dict[int, Any] = {}  # fd -> the object last evaluated, registered or not
 
     def update(fd: int, obj: Any) -> None:
         mask = _interest(obj)
+        evaluated[fd] = obj
         known = registered.get(fd)
         if known is not None and known[0] is not obj:  # the descriptor was reused
             _forget(selector, fd)
@@ -69,9 +74,18 @@ def run_loop(
         for fd in registered.keys() - socket_map.keys():
             _forget(selector, fd)
             del registered[fd]
+        for fd in evaluated.keys() - socket_map.keys():
+            del evaluated[fd]
 
-    # Not-interested objects are not in ``registered``; they are re-evaluated on full passes.
+    def unseen() -> list[int]:
+        # Objects the loop has not evaluated: accepted since, or a descriptor reused by a new
+        # object (accepting happens in this thread, on the server's event).
+        return [fd for fd, obj in socket_map.items() if evaluated.get(fd) is not obj]
+
+    # Not-interested objects are not in ``registered``; they are re-evaluated when a worker
+    # thread changes them, and on full passes.
     full = True
+    accepted = False  # the server had an event: new objects may be in the map
     touched: set[int] = set()
     next_full = 0.0
     try:
@@ -87,7 +101,9 @@ def run_loop(
             else:
                 while changed:
                     touched.add(changed.popleft())
-                for fd in touched | (socket_map.keys() - registered.keys()):
+                if accepted or len(evaluated) != len(socket_map):
+                    touched.update(unseen())
+                for fd in touched:
                     obj = socket_map.get(fd)
                     if obj is not None:
                         update(fd, obj)
@@ -97,6 +113,8 @@ def run_loop(
                     update(server_fd, server)
             full = False
             touched = set()
+            server_fd = server._fileno
+            accepted = False
             for key, events in selector.select(timeout_s):
                 fd = key.fd
                 obj = socket_map.get(fd)
@@ -107,6 +125,7 @@ def run_loop(
                 )
                 wasyncore.readwrite(obj, flags)
                 touched.add(fd)
+                accepted = accepted or fd == server_fd
     finally:
         selector.close()
 

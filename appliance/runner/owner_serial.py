@@ -77,6 +77,8 @@ class SerialCore:
         self._chain_request: int | None = None
         self._awaited: dict[int, Any] = {}
         self._awaited_order: list[int] = []
+        self._unanswered: set[int] = set()  # awaited tokens not answered yet (a chain can await
+        # a whole burst's proposals at once: no scan of them all per answer)
         self._backlog: deque[Event] = deque()
         self._timers: dict[int, Callable[[], None]] = {}
         self._dirty = True  # a commit happened: what may be claimed may have changed
@@ -96,7 +98,8 @@ class SerialCore:
 
     def _deliver(self, event: ProposalDone | BarrierDone) -> None:
         self._awaited[event.token] = event.outcome if isinstance(event, ProposalDone) else event
-        if any(v is None for v in self._awaited.values()):
+        self._unanswered.discard(event.token)
+        if self._unanswered:
             return
         answers = [self._awaited[t] for t in self._awaited_order]
         self._awaited, self._awaited_order = {}, []
@@ -125,6 +128,7 @@ class SerialCore:
             return
         self._awaited = {ask.token: None for ask in asks}
         self._awaited_order = [ask.token for ask in asks]
+        self._unanswered = set(self._awaited)
         self._out.extend(asks)
 
     def _drain_backlog(self) -> None:
