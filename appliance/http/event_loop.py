@@ -7,11 +7,10 @@ square of the connections, and on this machine 1,500 of them kept one core busy 
 honest requests by seconds.
 
 Here a connection's interest is evaluated again only when something could have changed it: it
-had an event in this pass, it is new (accepted) or gone, or a worker thread changed it — a
-connection with no interest at all (its request is being served) is not looked at again on every
-pass either: with a window of requests in service and a pass per event, that alone was a third of
-a busy worker's CPU. Waitress's
-worker threads change a connection only while serving it; ``Channel`` then puts its descriptor on
+had an event in this pass, it is new (accepted) or gone, or a worker thread changed it. That
+holds for a connection with no interest at all (its request is being served) too: looking at
+those on every pass, one pass per event, was a third of a busy worker's CPU. Waitress's worker
+threads change a connection only while serving it; ``Channel`` then puts its descriptor on
 the server's ``changed`` queue and pulls the trigger (appliance.http.connections), so the loop
 re-evaluates exactly those. Every connection is re-evaluated once a second as well (the upkeep
 may have marked any of them). The per-event handling is waitress's own
@@ -95,6 +94,7 @@ def run_loop(
                 full = True
                 next_full = now + 1.0
             forget_gone()
+            server_fd = server._fileno
             if full:
                 for fd, obj in list(socket_map.items()):
                     update(fd, obj)
@@ -108,12 +108,10 @@ def run_loop(
                     if obj is not None:
                         update(fd, obj)
                 # The server's readable() runs its upkeep and decides about accepting.
-                server_fd = server._fileno
                 if server_fd is not None and server_fd in socket_map:
                     update(server_fd, server)
             full = False
             touched = set()
-            server_fd = server._fileno
             accepted = False
             for key, events in selector.select(timeout_s):
                 fd = key.fd

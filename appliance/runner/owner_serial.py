@@ -77,8 +77,9 @@ class SerialCore:
         self._chain_request: int | None = None
         self._awaited: dict[int, Any] = {}
         self._awaited_order: list[int] = []
-        self._unanswered: set[int] = set()  # awaited tokens not answered yet (a chain can await
-        # a whole burst's proposals at once: no scan of them all per answer)
+        # Awaited tokens not answered yet: a chain can await a whole burst's proposals, so an
+        # answer must not rescan them all.
+        self._unanswered: set[int] = set()
         self._backlog: deque[Event] = deque()
         self._timers: dict[int, Callable[[], None]] = {}
         self._dirty = True  # a commit happened: what may be claimed may have changed
