@@ -1,23 +1,24 @@
 """The owner core's decisions about one dispatched attempt: dispatch, observe, Unknown, cancel.
 
-Theory of operation (SPEC §1, §3, §11): an attempt is dispatched once, and sent again only
-after a definite "not dispatched" answer (exactly the committed binding). What an answer means is
-decided by the pure functions of appliance/runner/dispatch_outcome.py from what the committed
-state says (``ownership.committed_view``); ``_perform`` carries the decision out. The dispatch
-answer (``_exec_done``): accepted → observe; "not dispatched" → re-send after a backoff
-(``_resend``, a timer) while the attempt is Running, this owner holds the epoch and the grant
-holds; a definite refusal with no permit → Failed; anything else without a committed permit →
-``FenceDispatch`` (not launched; the next attempt is claimed, no retry spent); with a permit →
-observe. Observation (``_observed``) records a confirmed outcome; at ``timeout_seconds`` +
-``OBSERVE_GRACE_S`` after the last send (``_observation_deadline``) an attempt without a permit
-is fenced and one with a permit becomes Unknown, its reason naming the missing evidence; an
-Unknown attempt is asked about every ``unknown_poll_s``, so a later confirmed outcome still
-resolves it. When the version gate holds ``FenceDispatch`` back (not every voter applies it yet)
-the attempt falls back to Unknown, its reason saying so. Cancellation commits
-Cancelling before the worker is contacted; its answer (``_cancel_done``) makes it Cancelled only
-on a confirmed stop, returns it on a fence before consume, keeps a completion that won, and asks
-again otherwise. ``Work`` is owner-side memory, never replicated: after a takeover it is rebuilt
-from the committed claims.
+Theory of operation (SPEC §1, §3, §11): an attempt is dispatched once, and sent again only after a
+definite "not dispatched" answer (exactly the committed binding). What an answer means is decided by
+the pure functions of appliance/runner/dispatch_outcome.py from what the committed state says
+(``ownership.committed_view``); ``_perform`` carries the decision out. The dispatch answer
+(``_exec_done``): accepted → observe; "not dispatched" → re-send after a backoff (``_resend``, a
+timer) while the attempt is Running, this owner holds the epoch and the grant holds; a definite
+refusal with no permit → Failed; anything else without a committed permit → ``FenceDispatch`` (not
+launched; the next attempt is claimed, no retry spent); with a permit → observe. Observation
+(``_observed``) records a confirmed outcome; at ``timeout_seconds`` + ``OBSERVE_GRACE_S`` after the
+last send, or after the last answer that it still waits for an engine slot (``waiting_for_slot``) or
+the first that it started after waiting (the engine's timeout starts with the run), an attempt
+without a permit is fenced (``_observation_deadline``) and one with a permit becomes Unknown, its
+reason naming the missing evidence; an Unknown attempt is asked about every ``unknown_poll_s``, so a
+later confirmed outcome still resolves it. When the version gate holds ``FenceDispatch`` back (not
+every voter applies it yet) the attempt falls back to Unknown, its reason saying so. Cancellation
+commits Cancelling before the worker is contacted; its answer (``_cancel_done``) makes it Cancelled
+only on a confirmed stop, returns it on a fence before consume, keeps a completion that won, and
+asks again otherwise. ``Work`` is owner-side memory, never replicated: after a takeover it is
+rebuilt from the committed claims.
 """
 
 from __future__ import annotations
@@ -84,6 +85,16 @@ class Work:
     unsent: bool = False  # claimed, waiting for the worker's capacity (owner_pacing.py)
     parked: bool = False  # Unknown and no longer running at the worker: holds no slot there
     exec_out: bool = False  # an exec request for it is unanswered (owner_pacing.py)
+    waited_for_slot: bool = False  # the last observation: accepted, not started yet
+
+
+def waiting_for_slot(result: ObserveResult | Exception) -> bool:
+    """A protocol-1 observation of an accepted execution that has not started: ``running``
+    with ``started_at: null`` (docs/protocol.md, the observation route)."""
+    if not isinstance(result, ObserveResult) or result.status != "running":
+        return False
+    document = result.document
+    return isinstance(document, dict) and "started_at" in document and not document["started_at"]
 
 
 def retained_through(state: Any) -> int:
@@ -266,6 +277,13 @@ class AttemptDecisions(SerialCore):
             if not isinstance(decision, dispatch_outcome.Observe):
                 yield from self._perform(work, record, decision)
                 return
+        if waiting_for_slot(result) or (work.waited_for_slot and status == "running"):
+            # The worker answered: accepted, not started (its engine's slots are busy), or
+            # first seen started after that. The engine's timeout starts with the run, so either
+            # restarts the deadline, as a send does: a long queue at a reachable worker is no
+            # reason for Unknown.
+            work.waited_for_slot = waiting_for_slot(result)
+            work.deadline_s = max(work.deadline_s, self._deadline_s())
         if self._wall_s >= work.deadline_s:
             yield from self._observation_deadline(work, record)
             return

@@ -219,6 +219,53 @@ def test_an_uncertain_dispatch_after_a_permit_is_observed_then_unknown_never_sen
     assert "permit committed" in unknown["reason"] and "HTTP 404" in unknown["reason"]
 
 
+def observe_once(bench: Bench, result: ObserveResult) -> None:
+    bench.feed(TimerFired(bench.take(SetTimer).token))
+    bench.feed(ObserveAnswered(bench.take(ObserveRequest).token, result))
+    bench.settle()
+
+
+def test_an_execution_waiting_for_a_slot_at_the_worker_restarts_the_deadline() -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    admit(bench, dispatch.binding)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
+    first_deadline_s = bench.owner._work[1].deadline_s
+    queued = ObserveResult("running", {"status": "running", "started_at": None})
+    bench.wall_s = first_deadline_s + 5  # long past it, still queued behind the engine's slots
+    observe_once(bench, queued)
+    assert occurrence(bench).state.value == "Running"
+    moved_s = bench.owner._work[1].deadline_s
+    assert moved_s == bench.wall_s + bench.cfg.remote.timeout_seconds + 30
+    started = ObserveResult("running", {"status": "running", "started_at": "2026-01-01T00:00Z"})
+    bench.wall_s = moved_s - 1
+    observe_once(bench, started)  # first seen started: the run's timeout began since the last
+    started_s = bench.owner._work[1].deadline_s
+    assert started_s == bench.wall_s + bench.cfg.remote.timeout_seconds + 30
+    bench.wall_s = started_s - 1
+    observe_once(bench, started)  # still running: the deadline stays
+    assert bench.owner._work[1].deadline_s == started_s
+    assert occurrence(bench).state.value == "Running"
+    bench.wall_s = started_s
+    observe_once(bench, started)
+    record = occurrence(bench)
+    assert record.state.value == "Unknown" and record.attempt == 1
+
+
+@pytest.mark.parametrize(
+    "document",
+    [{"status": "running"}, {"status": "running", "started_at": "2026-01-01T00:00Z"}, None],
+)
+def test_only_a_stated_null_start_moves_the_deadline(document: Any) -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    admit(bench, dispatch.binding)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
+    bench.wall_s = bench.owner._work[1].deadline_s
+    observe_once(bench, ObserveResult("running", document))
+    assert occurrence(bench).state.value == "Unknown"
+
+
 def test_not_dispatched_re_sends_the_same_binding_after_a_timer() -> None:
     bench = Bench()
     dispatch = dispatched(bench)
