@@ -258,7 +258,10 @@ class Field:
 
     def rule_given(self, earlier: Mapping[str, Any]) -> Rule:
         """The rule to apply, resolved against the earlier fields when it depends on them."""
-        if isinstance(self.rule, Rule):
+        # A rule has ``check``; a dependent rule is a plain function. (Not isinstance against
+        # the runtime-checkable Protocol: that walks the protocol's attributes on every call,
+        # and this runs for every field of every exec a worker parses.)
+        if hasattr(self.rule, "check"):
             return self.rule
         return self.rule(earlier)
 

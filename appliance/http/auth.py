@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -38,6 +39,7 @@ log = logging.getLogger("appliance.http.auth")
 
 AUTH_HEADER_BYTES_MAX = 8192
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
+_WHITESPACE = re.compile(r"\s")  # the characters str.isspace() accepts
 
 
 def _digest(token: str | bytes) -> bytes:
@@ -91,7 +93,7 @@ def parse_bearer(header: str | None) -> str | None:
         return None
     scheme, _, token = header.strip().partition(" ")
     token = token.strip()
-    if scheme.lower() != "bearer" or not token or any(c.isspace() for c in token):
+    if scheme.lower() != "bearer" or not token or _WHITESPACE.search(token):
         return None
     return token
 

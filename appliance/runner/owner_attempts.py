@@ -43,13 +43,17 @@ from appliance.runner.owner_events import (
 )
 from appliance.runner.owner_serial import Chain, NotOwner, SerialCore, Uncertain
 from appliance.runner.report_text import failure_reason
-from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.runner.worker_answers import CancelResult, Capacity, ExecResult, ObserveResult
 
 S = OccurrenceState
 
 OBSERVE_GRACE_S: Final = 30  # wall (possibly scaled) seconds past timeout_seconds
 OBSERVE_FIRST_POLL_S: Final = 0.05  # real seconds
 OBSERVE_POLL_MAX_S: Final = 2.0
+# Accepted behind a queue (every engine slot busy): the first look comes later. A burst queued at
+# the worker otherwise costs several early observations per execution, each on the same CPU the
+# queue needs; the backoff reaches OBSERVE_POLL_MAX_S for a long wait either way.
+OBSERVE_QUEUED_FIRST_POLL_S: Final = 0.4  # real seconds
 # After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
 # that arrives later (a healed link, a worker back up) resolves it (SPEC §3). Bounded: Unknown
 # attempts hold running reservations, so there are at most limits.running of them.
@@ -86,6 +90,18 @@ class Work:
     parked: bool = False  # Unknown and no longer running at the worker: holds no slot there
     exec_out: bool = False  # an exec request for it is unanswered (owner_pacing.py)
     waited_for_slot: bool = False  # the last observation: accepted, not started yet
+
+
+def first_poll_s(capacity: Capacity | None) -> float:
+    """When to look first at an accepted execution: later when the worker's answer shows every
+    slot held and something queued (FIFO: this one waits behind it)."""
+    if (
+        capacity is not None
+        and capacity.free_slots == 0
+        and capacity.queue_room < capacity.max_queued
+    ):
+        return OBSERVE_QUEUED_FIRST_POLL_S
+    return OBSERVE_FIRST_POLL_S
 
 
 def waiting_for_slot(result: ObserveResult | Exception) -> bool:
@@ -201,7 +217,7 @@ class AttemptDecisions(SerialCore):
                 late_ms=self._late_ms(work.due_s),
                 **ids,
             )
-            self._start_observing(work)
+            self._start_observing(work, first_poll_s(result.capacity))
             return
         if result.kind == "retired":
             # At or below the worker's floor W, which a committed state set: the occurrence left
@@ -215,9 +231,9 @@ class AttemptDecisions(SerialCore):
         )
         yield from self._perform(work, record, decision)
 
-    def _start_observing(self, work: Work) -> None:
+    def _start_observing(self, work: Work, first_s: float = OBSERVE_FIRST_POLL_S) -> None:
         work.observing = True
-        work.poll_s = OBSERVE_FIRST_POLL_S
+        work.poll_s = first_s
         self._later(work.poll_s, lambda: self._poll(work))
 
     def _poll(self, work: Work) -> None:

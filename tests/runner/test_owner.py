@@ -16,6 +16,7 @@ from appliance.runner.applied import Accepted
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import OperatorCommand
 from appliance.runner.owner import Owner
+from appliance.runner.owner_attempts import OBSERVE_FIRST_POLL_S, OBSERVE_QUEUED_FIRST_POLL_S
 from appliance.runner.owner_events import (
     AdmissionRequest,
     BarrierDone,
@@ -35,7 +36,7 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.worker_answers import ExecResult, ObserveResult
+from appliance.runner.worker_answers import Capacity, ExecResult, ObserveResult
 from tests.runner.harness import T0, config, definition
 
 RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
@@ -250,6 +251,25 @@ def test_an_execution_waiting_for_a_slot_at_the_worker_restarts_the_deadline() -
     observe_once(bench, started)
     record = occurrence(bench)
     assert record.state.value == "Unknown" and record.attempt == 1
+
+
+@pytest.mark.parametrize(
+    ("capacity", "first_s"),
+    [
+        (None, OBSERVE_FIRST_POLL_S),  # an older worker: nothing said
+        (Capacity(4, 16, 1, 16), OBSERVE_FIRST_POLL_S),  # a slot was free: it runs at once
+        (Capacity(4, 16, 0, 16), OBSERVE_FIRST_POLL_S),  # it took the last slot
+        (Capacity(4, 16, 0, 15), OBSERVE_QUEUED_FIRST_POLL_S),  # queued behind busy slots
+    ],
+)
+def test_the_first_look_at_an_execution_accepted_into_a_queue_comes_later(
+    capacity: Capacity | None, first_s: float
+) -> None:
+    bench = Bench()
+    dispatch = dispatched(bench)
+    admit(bench, dispatch.binding)
+    bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1", capacity=capacity)))
+    assert bench.take(SetTimer).delay_s == first_s
 
 
 @pytest.mark.parametrize(
