@@ -64,6 +64,10 @@ class RequestDecisions(PacedDispatch):
         """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
     @abstractmethod
+    def _track_schedule(self, schedule_id: int) -> None:
+        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+
+    @abstractmethod
     def _compiled_for(self, definition: Any) -> Any:
         """Provided by ``Owner`` (appliance/runner/owner.py)."""
 
@@ -272,10 +276,10 @@ class RequestDecisions(PacedDispatch):
         if extended is not None:
             return extended
         if action == "create":
-            self._rebuild_pulse()
+            self._track_schedule(value)
             return {"ok": True, "action": action, "id": value}
         if action in ("disable", "delete"):
-            self._rebuild_pulse()
+            self._track_schedule(args["id"])
             return {"ok": True, "action": action, "id": args["id"]}
         oid = args["occurrence_id"]
         state = getattr(value, "state", None)
@@ -298,7 +302,7 @@ class RequestDecisions(PacedDispatch):
         """The replies of the commands beyond the seeds (None for the others). A run_now or
         backfill occurrence is claimed by the next pulse's claim pass, like any Pending one."""
         if action in ("enable", "update"):
-            self._rebuild_pulse()  # the schedule's cursor or calendar changed
+            self._track_schedule(args["id"])  # its cursor or calendar changed
             key = "enabled" if action == "enable" else "changed"
             return {"ok": True, "action": action, "id": args["id"], key: value}
         if action == "pause":

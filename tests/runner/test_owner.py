@@ -447,3 +447,33 @@ def test_the_claims_of_one_pulse_are_proposed_together() -> None:
     out = bench.feed(Tick())
     claims = [e for e in out if isinstance(e, Propose)]
     assert [type(e.command).__name__ for e in claims] == ["ClaimOccurrence"] * 2
+
+
+def test_a_command_on_one_schedule_updates_the_pulse_as_a_full_rebuild_would() -> None:
+    from appliance.core.pulse import Pulse
+
+    bench = Bench()
+    bench.acquire()
+    request = iter(range(100, 200))
+
+    def command(action: str, **args: Any) -> None:
+        token = next(request)
+        bench.feed(OperatorRequest(token, OperatorCommand(action, args)))
+        bench.settle()
+        (reply,) = [e for e in bench.pending if isinstance(e, Reply) and e.request == token]
+        assert reply.value["ok"] is True, reply.value
+        owner = bench.owner
+        assert owner._pulse is not None
+        rebuilt = bench.machine.read(lambda st: Pulse.rebuild(st, owner._compiled))
+        assert owner._pulse._next == rebuilt._next, action
+        assert owner._pulse.next_due_s() == rebuilt.next_due_s(), action
+
+    for i, cron in enumerate(["* * * * *", "*/5 * * * *", "0 3 * * *"]):
+        command("create", definition=definition(f"job-{i}", cron))
+    assert len(bench.owner._pulse or ()) == 3
+    command("update", id=1, cron="30 2 * * *")  # the earliest moves later
+    command("disable", id=2)
+    command("enable", id=2)
+    command("delete", id=3)
+    command("update", id=2, timezone="Asia/Kathmandu")
+    assert len(bench.owner._pulse or ()) == 2
