@@ -94,6 +94,7 @@ TASK_THREADS: Final = 64
 PROPOSERS_MAX: Final = 48
 REPLY_TIMEOUT_S: Final = 15.0  # how long a caller waits for the loop's answer
 ADMIT_REPLY_TIMEOUT_S: Final = 10.0
+OPEN_PUBLISH_S: Final = 0.25  # how stale the published open occurrences may be (not draining)
 
 
 @dataclass(frozen=True)
@@ -171,6 +172,7 @@ class Runner:
         # turn, read by drain_and_stop and the stop notice (only the loop thread touches the
         # owner itself).
         self._open_ids: tuple[int, ...] = ()
+        self._open_published_s = float("-inf")
         self._drain_taken = threading.Event()  # the owner drains (and what is open is published)
 
     # ---- what the owner knows, for status views and tests ------------------------------------
@@ -285,6 +287,15 @@ class Runner:
         """The occurrences this voter still observes or cancels (as of the loop's last turn)."""
         return list(self._open_ids)
 
+    def _publish_open(self) -> None:
+        """Publish what is still open: every turn once draining (the drain waits on it),
+        otherwise at most every ``OPEN_PUBLISH_S`` — the list is sorted over every tracked
+        attempt, and a burst of a thousand of them made it a visible share of the loop's CPU."""
+        now = time.monotonic()
+        if self.owner.draining or now >= self._open_published_s + OPEN_PUBLISH_S:
+            self._open_ids = tuple(self.owner.open_occurrences())
+            self._open_published_s = now
+
     def _feed(self, event: Event) -> None:
         """Hand an answer back to the loop (from a pool thread): it must never be dropped."""
         self._queue.put(_Feed(event))
@@ -303,7 +314,7 @@ class Runner:
                 self._hand(item.event)
             self._fire_timers()
             self._hand(Tick())
-            self._open_ids = tuple(self.owner.open_occurrences())
+            self._publish_open()
             if self.owner.draining:
                 # After publishing what is still open. Not when the item is taken: a decision
                 # waiting for its commit holds the Drain back, and a stop decided before the
