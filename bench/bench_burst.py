@@ -18,9 +18,11 @@ Scenarios (``--scenario``):
 ``timeout_seconds`` is 10 for ``burst`` (scale 1: the observation deadline is 40 real seconds)
 and the largest whole number that keeps the scaled deadline no shorter than the engine's real
 timeout for ``sustained`` (scale 10: 3, the deadline (3 + 30) / 10 = 3.3 real seconds). The
-worker runs its default engine (``max_concurrent: 4``,
-``max_queued: 16``). The baseline (``--baseline-ref``, default ``de4ae23``, main before this) is
-extracted with ``git archive`` and run by the same interpreter from its own tree.
+worker runs ``max_concurrent: 4``; its queue is the default 16 for ``sustained`` and raised to the
+burst (at most 1,024) for ``burst`` unless ``--max-queued`` says otherwise. ``burst`` also reports
+the CPU seconds of every cluster process from the minute until it settled. The baseline
+(``--baseline-ref``, default ``de4ae23``, main before this) is extracted with ``git archive`` and
+run by the same interpreter from its own tree.
 
     .venv/bin/python bench/bench_burst.py --scenario burst
     .venv/bin/python bench/bench_burst.py --scenario sustained --seconds 600
