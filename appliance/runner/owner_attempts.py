@@ -293,12 +293,13 @@ class AttemptDecisions(SerialCore):
             if not isinstance(decision, dispatch_outcome.Observe):
                 yield from self._perform(work, record, decision)
                 return
-        if waiting_for_slot(result) or (work.waited_for_slot and status == "running"):
+        waiting = waiting_for_slot(result)
+        if waiting or (work.waited_for_slot and status == "running"):
             # The worker answered: accepted, not started (its engine's slots are busy), or
             # first seen started after that. The engine's timeout starts with the run, so either
             # restarts the deadline, as a send does: a long queue at a reachable worker is no
             # reason for Unknown.
-            work.waited_for_slot = waiting_for_slot(result)
+            work.waited_for_slot = waiting
             work.deadline_s = max(work.deadline_s, self._deadline_s())
         if self._wall_s >= work.deadline_s:
             yield from self._observation_deadline(work, record)

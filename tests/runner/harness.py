@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -48,6 +49,27 @@ def config(**remote: Any) -> Any:
             },
         }
     )
+
+
+def one_slot_schedules(due_s: int, count: int, code: str, prefix: str) -> list[dict[str, Any]]:
+    """``count`` schedules whose cron names exactly one slot, the minute ``due_s`` (UTC); CatchUp
+    cap 1 so that a late owner still runs it, Skip, no retry."""
+    due = time.gmtime(due_s)
+    cron = f"{due.tm_min} {due.tm_hour} {due.tm_mday} {due.tm_mon} *"
+    return [
+        {
+            "name": f"{prefix}-{i}",
+            "code": code,
+            "cron": cron,
+            "timezone": "UTC",
+            "policy": {
+                "missed": {"CatchUp": {"cap": 1}},
+                "overlap": "Skip",
+                "retry": {"max_retries": 0, "delay_seconds": 0},
+            },
+        }
+        for i in range(count)
+    ]
 
 
 def definition(name: str = "job", cron: str = "* * * * *", **policy: Any) -> dict[str, Any]:

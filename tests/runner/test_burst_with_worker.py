@@ -25,31 +25,13 @@ import pytest
 
 from appliance.runner.loop import OBSERVE_GRACE_S
 from tests.runner.cluster import Cluster, wait_for
+from tests.runner.harness import one_slot_schedules
 
 TIME_SCALE = 3.0
 TIMEOUT_SECONDS = 10
 BURST = 64
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _schedules(due_s: int) -> list[dict[str, Any]]:
-    due = time.gmtime(due_s)
-    cron = f"{due.tm_min} {due.tm_hour} {due.tm_mday} {due.tm_mon} *"  # exactly one slot
-    return [
-        {
-            "name": f"burst-{i}",
-            "code": "1 + 1",
-            "cron": cron,
-            "timezone": "UTC",
-            "policy": {
-                "missed": {"CatchUp": {"cap": 1}},  # a late owner still runs the slot
-                "overlap": "Skip",
-                "retry": {"max_retries": 0, "delay_seconds": 0},
-            },
-        }
-        for i in range(BURST)
-    ]
 
 
 def _configure(cluster: Cluster) -> None:
@@ -73,7 +55,7 @@ def test_64_due_at_once_on_a_pool_of_2_plus_2_all_succeed_and_none_is_unknown(
         3,
         time_scale=TIME_SCALE,
         timeout_seconds=TIMEOUT_SECONDS,
-        schedules=_schedules(due_s),
+        schedules=one_slot_schedules(due_s, BURST, "1 + 1", "burst"),
         worker=True,
     )
     _configure(cluster)

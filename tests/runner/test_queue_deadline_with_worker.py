@@ -21,6 +21,7 @@ import pytest
 
 from appliance.runner.loop import OBSERVE_GRACE_S
 from tests.runner.cluster import Cluster, wait_for
+from tests.runner.harness import one_slot_schedules
 
 TIME_SCALE = 30.0
 TIMEOUT_SECONDS = 1
@@ -29,25 +30,6 @@ SCRIPT_S = 0.3  # real seconds each script waits
 SCRIPT = "new Promise(r => setTimeout(() => r(2), 300))"
 
 pytestmark = pytest.mark.timeout(180)
-
-
-def _schedules(due_s: int) -> list[dict[str, Any]]:
-    due = time.gmtime(due_s)
-    cron = f"{due.tm_min} {due.tm_hour} {due.tm_mday} {due.tm_mon} *"  # exactly one slot
-    return [
-        {
-            "name": f"queued-{i}",
-            "code": SCRIPT,
-            "cron": cron,
-            "timezone": "UTC",
-            "policy": {
-                "missed": {"CatchUp": {"cap": 1}},
-                "overlap": "Skip",
-                "retry": {"max_retries": 0, "delay_seconds": 0},
-            },
-        }
-        for i in range(QUEUED)
-    ]
 
 
 def test_a_long_engine_queue_at_a_reachable_worker_is_never_unknown(tmp_path: Path) -> None:
@@ -61,7 +43,7 @@ def test_a_long_engine_queue_at_a_reachable_worker_is_never_unknown(tmp_path: Pa
         1,
         time_scale=TIME_SCALE,
         timeout_seconds=TIMEOUT_SECONDS,
-        schedules=_schedules(due_s),
+        schedules=one_slot_schedules(due_s, QUEUED, SCRIPT, "queued"),
         worker=True,
     )
     doc = json.loads(cluster.worker.config.read_text())
