@@ -54,6 +54,11 @@ OBSERVE_POLL_MAX_S: Final = 2.0
 # the worker otherwise costs several early observations per execution, each on the same CPU the
 # queue needs; the backoff reaches OBSERVE_POLL_MAX_S for a long wait either way.
 OBSERVE_QUEUED_FIRST_POLL_S: Final = 0.4  # real seconds
+# The worker's queue is FIFO behind its slots, so an answer showing a free slot means every
+# execution it accepted before has started. Each execution last seen waiting in that queue is
+# then looked at once soon, instead of at the end of its backoff: without it the tail of a burst
+# is recorded up to OBSERVE_POLL_MAX_S after it ended. At most one extra look per wait.
+OBSERVE_AFTER_QUEUE_S: Final = 0.05  # real seconds
 # After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
 # that arrives later (a healed link, a worker back up) resolves it (SPEC §3). Bounded: Unknown
 # attempts hold running reservations, so there are at most limits.running of them.
@@ -90,6 +95,7 @@ class Work:
     parked: bool = False  # Unknown and no longer running at the worker: holds no slot there
     exec_out: bool = False  # an exec request for it is unanswered (owner_pacing.py)
     waited_for_slot: bool = False  # the last observation: accepted, not started yet
+    look: int = 0  # the generation of its next look: a look brought forward voids the old timer
 
 
 def first_poll_s(capacity: Capacity | None) -> float:
@@ -102,6 +108,12 @@ def first_poll_s(capacity: Capacity | None) -> float:
     ):
         return OBSERVE_QUEUED_FIRST_POLL_S
     return OBSERVE_FIRST_POLL_S
+
+
+def queue_drained(capacity: Capacity | None) -> bool:
+    """A free engine slot: nothing waits in the worker's queue (it fills only behind busy
+    slots), so every execution it accepted before this answer has started."""
+    return capacity is not None and capacity.free_slots > 0
 
 
 def waiting_for_slot(result: ObserveResult | Exception) -> bool:
@@ -131,6 +143,7 @@ class AttemptDecisions(SerialCore):
     epoch: int | None
     _work: dict[int, Work]  # occurrence id -> dispatched attempt
     _tasks: dict[int, Work]  # worker-call token -> its work
+    _behind_queue: dict[int, Work]  # occurrence id -> last seen waiting in the worker's queue
 
     def _deadline_s(self) -> float:
         return self._wall_s + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
@@ -156,6 +169,7 @@ class AttemptDecisions(SerialCore):
         then be dropped and it would stay Running for ever."""
         if self._work.get(work.occurrence_id) is work:
             del self._work[work.occurrence_id]
+            self._behind_queue.pop(work.occurrence_id, None)
 
     def _current(self, work: Work) -> Any:
         """The committed record if it is still this work's attempt, else None."""
@@ -204,6 +218,7 @@ class AttemptDecisions(SerialCore):
         """The dispatch's answer: accepted → observe; otherwise ``dispatch_outcome.after_exec``
         decides from the committed state (re-send, Failed, fence, or observe)."""
         work.busy = False
+        self._after_answer(work, result)
         record = self._current(work)
         if record is None:
             return
@@ -217,7 +232,10 @@ class AttemptDecisions(SerialCore):
                 late_ms=self._late_ms(work.due_s),
                 **ids,
             )
-            self._start_observing(work, first_poll_s(result.capacity))
+            first_s = first_poll_s(result.capacity)
+            if first_s == OBSERVE_QUEUED_FIRST_POLL_S:
+                self._behind_queue[work.occurrence_id] = work
+            self._start_observing(work, first_s)
             return
         if result.kind == "retired":
             # At or below the worker's floor W, which a committed state set: the occurrence left
@@ -234,10 +252,27 @@ class AttemptDecisions(SerialCore):
     def _start_observing(self, work: Work, first_s: float = OBSERVE_FIRST_POLL_S) -> None:
         work.observing = True
         work.poll_s = first_s
-        self._later(work.poll_s, lambda: self._poll(work))
+        self._look_in(work, work.poll_s)
 
-    def _poll(self, work: Work) -> None:
-        if self._work.get(work.occurrence_id) is not work or work.busy:
+    def _look_in(self, work: Work, delay_s: float) -> None:
+        """The next look at ``work`` after ``delay_s``; any earlier-set look is void."""
+        work.look += 1
+        look = work.look
+        self._later(delay_s, lambda: self._poll(work, look))
+
+    def _after_answer(self, work: Work, result: ExecResult | ObserveResult | Exception) -> None:
+        """Every worker answer: its own answer decides whether ``work`` still waits in the
+        queue; one that shows the queue drained brings forward the look at each that did."""
+        self._behind_queue.pop(work.occurrence_id, None)
+        if not self._behind_queue or not queue_drained(getattr(result, "capacity", None)):
+            return
+        waited, self._behind_queue = self._behind_queue, {}
+        for other in waited.values():
+            if self._work.get(other.occurrence_id) is other and other.observing and not other.busy:
+                self._look_in(other, OBSERVE_AFTER_QUEUE_S)
+
+    def _poll(self, work: Work, look: int) -> None:
+        if self._work.get(work.occurrence_id) is not work or work.busy or look != work.look:
             return
         eid = self._execution_id(work)
         self._spawn(work, lambda token: ObserveRequest(token, eid))
@@ -246,6 +281,7 @@ class AttemptDecisions(SerialCore):
         """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
         deadline are decided by dispatch_outcome (a fence without a permit, Unknown with one)."""
         work.busy = False
+        self._after_answer(work, result)
         record = self._current(work)
         if record is None or record.terminal:
             self._forget(work)
@@ -301,11 +337,13 @@ class AttemptDecisions(SerialCore):
             # reason for Unknown.
             work.waited_for_slot = waiting
             work.deadline_s = max(work.deadline_s, self._deadline_s())
+        if waiting:
+            self._behind_queue[work.occurrence_id] = work
         if self._wall_s >= work.deadline_s:
             yield from self._observation_deadline(work, record)
             return
         work.poll_s = min(work.poll_s * 2, OBSERVE_POLL_MAX_S)
-        self._later(work.poll_s, lambda: self._poll(work))
+        self._look_in(work, work.poll_s)
 
     def _observation_deadline(self, work: Work, record: Any) -> Chain[None]:
         """No outcome within timeout_seconds + grace of the last send: without a permit the
@@ -321,7 +359,7 @@ class AttemptDecisions(SerialCore):
     def _observe_slowly(self, work: Work) -> None:
         # Unknown is never retried, but it is still observed: the real result wins.
         work.poll_s = self.unknown_poll_s
-        self._later(work.poll_s, lambda: self._poll(work))
+        self._look_in(work, work.poll_s)
 
     # ---- dispatch decisions (appliance/runner/dispatch_outcome.py decides; this performs) -----
 

@@ -291,6 +291,7 @@ class RequestDecisions(PacedDispatch):
                 self._send_cancel(work)
         if action == "acknowledge_stopped":
             self._work.pop(oid, None)
+            self._behind_queue.pop(oid, None)
             # What was attested over: the Unknown's reason and whether a permit was committed.
             reply["evidence"] = self._read(lambda st: ownership.unknown_evidence(st, oid))
         return reply

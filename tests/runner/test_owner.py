@@ -13,10 +13,15 @@ import pytest
 from appliance.core.admission import Admit
 from appliance.core.binding import binding_from_json
 from appliance.runner.applied import Accepted
+from appliance.runner.binding import execution_id
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.operator import OperatorCommand
 from appliance.runner.owner import Owner
-from appliance.runner.owner_attempts import OBSERVE_FIRST_POLL_S, OBSERVE_QUEUED_FIRST_POLL_S
+from appliance.runner.owner_attempts import (
+    OBSERVE_AFTER_QUEUE_S,
+    OBSERVE_FIRST_POLL_S,
+    OBSERVE_QUEUED_FIRST_POLL_S,
+)
 from appliance.runner.owner_events import (
     AdmissionRequest,
     BarrierDone,
@@ -270,6 +275,103 @@ def test_the_first_look_at_an_execution_accepted_into_a_queue_comes_later(
     admit(bench, dispatch.binding)
     bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1", capacity=capacity)))
     assert bench.take(SetTimer).delay_s == first_s
+
+
+def accepted_pair(bench: Bench) -> tuple[str, str]:
+    """Two occurrences accepted by a two-slot worker: the first runs, the second waits in its
+    queue behind a busy slot. Their execution ids; their first looks are pending (the running
+    one's after 50 ms, the queued one's after OBSERVE_QUEUED_FIRST_POLL_S)."""
+    bench.acquire()
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 2}})
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
+    bench.settle()
+    bench.wall_s = T0 + 2 * 60 + 1
+    bench.feed(Tick())
+    bench.settle()
+    ids = []
+    for capacity in (Capacity(2, 16, 1, 16), Capacity(2, 16, 0, 15)):
+        dispatch = bench.take(DispatchRequest)
+        admit(bench, dispatch.binding)
+        binding = dispatch.binding
+        eid = execution_id(binding["schedule_id"], binding["occurrence_id"], binding["attempt"])
+        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", eid, capacity=capacity)))
+        ids.append(eid)
+    assert timer_delays(bench) == [OBSERVE_FIRST_POLL_S, OBSERVE_QUEUED_FIRST_POLL_S]
+    return ids[0], ids[1]
+
+
+def timer_delays(bench: Bench) -> list[float]:
+    return sorted(e.delay_s for e in bench.pending if isinstance(e, SetTimer))
+
+
+def fire_timers(bench: Bench, delay_s: float | None = None) -> list[str]:
+    """Fire the pending timers (those of ``delay_s`` only, when given); the execution ids of
+    the observations they asked for."""
+    for timer in [e for e in bench.pending if isinstance(e, SetTimer)]:
+        if delay_s is None or timer.delay_s == delay_s:
+            bench.pending.remove(timer)
+            bench.feed(TimerFired(timer.token))
+    return sorted(e.execution_id for e in bench.pending if isinstance(e, ObserveRequest))
+
+
+def answer(bench: Bench, eid: str, result: ObserveResult) -> None:
+    (observe,) = [
+        e for e in bench.pending if isinstance(e, ObserveRequest) and e.execution_id == eid
+    ]
+    bench.pending.remove(observe)
+    bench.feed(ObserveAnswered(observe.token, result))
+    bench.settle()
+
+
+DRAINED = Capacity(2, 16, 1, 16)  # a free slot: nothing waits in the worker's queue
+STARTED = {"status": "running", "started_at": "2026-01-01T00:00Z"}
+WAITING = {"status": "running", "started_at": None}
+
+
+@pytest.mark.parametrize(
+    ("capacity", "brought_forward"),
+    [
+        (DRAINED, True),
+        (Capacity(2, 16, 0, 16), False),  # every slot busy: the queued one may still wait
+        (None, False),  # an older worker: nothing said
+    ],
+)
+def test_an_execution_waiting_in_the_queue_is_looked_at_soon_once_the_queue_drained(
+    capacity: Capacity | None, brought_forward: bool
+) -> None:
+    bench = Bench()
+    running, queued = accepted_pair(bench)
+    assert fire_timers(bench, OBSERVE_FIRST_POLL_S) == [running]
+    answer(bench, running, ObserveResult("completed", {"status": "completed"}, capacity=capacity))
+    if not brought_forward:
+        assert timer_delays(bench) == [OBSERVE_QUEUED_FIRST_POLL_S]
+        return
+    assert timer_delays(bench) == [OBSERVE_AFTER_QUEUE_S, OBSERVE_QUEUED_FIRST_POLL_S]
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [queued]
+    answer(bench, queued, ObserveResult("completed", {"status": "completed"}, capacity=DRAINED))
+    assert fire_timers(bench) == []  # the look it replaced is void: no second observation
+    assert [e["state"] for e in bench.events("outcome")] == ["Succeeded", "Succeeded"]
+
+
+def test_a_look_is_brought_forward_once_per_wait_in_the_queue() -> None:
+    bench = Bench()
+    running, queued = accepted_pair(bench)
+    fire_timers(bench, OBSERVE_FIRST_POLL_S)
+    answer(bench, running, ObserveResult("running", STARTED, capacity=DRAINED))
+    assert fire_timers(bench) == sorted([running, queued])  # one look each, 0.4 s one void
+    answer(bench, queued, ObserveResult("running", STARTED, capacity=DRAINED))
+    answer(bench, running, ObserveResult("running", STARTED, capacity=DRAINED))
+    # neither waits in the queue now: their backoffs stand, nothing is brought forward again
+    assert timer_delays(bench) == [0.2, 0.8]
+    fire_timers(bench)
+    answer(bench, queued, ObserveResult("running", WAITING, capacity=Capacity(2, 16, 0, 15)))
+    answer(bench, running, ObserveResult("running", STARTED, capacity=DRAINED))
+    assert timer_delays(bench) == [OBSERVE_AFTER_QUEUE_S, 0.4, 1.6]  # seen waiting again: once
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [queued]
+    answer(bench, queued, ObserveResult("running", STARTED, capacity=DRAINED))
+    # no waiter left: the drained answer moves nothing (the void 1.6 s look is still set)
+    assert timer_delays(bench) == [0.4, 1.6, 2.0]
+    assert fire_timers(bench) == sorted([running, queued])  # one look each
 
 
 @pytest.mark.parametrize(
