@@ -116,6 +116,7 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
+from appliance.runner.owner_queue import QueueView
 from appliance.runner.owner_requests import RequestDecisions
 from appliance.runner.owner_serial import Chain, Gate, NotOwner, StateReader, Uncertain
 
@@ -153,7 +154,7 @@ class Owner(RequestDecisions):
         self._compiled: dict[int, Any] = {}
         self._compile_cache: dict[tuple[str, str], Any] = {}
         self._work: dict[int, Work] = {}  # occurrence id -> dispatched attempt
-        self._behind_queue: dict[int, Work] = {}  # last seen waiting in the worker's queue
+        self._queue: QueueView[Work] = QueueView()  # last seen waiting in the worker's queue
         self._last_observe_s = 0
         self._orphans_possible = False
         self._owner_term = 0
@@ -290,7 +291,7 @@ class Owner(RequestDecisions):
         self.leader_hint = hint
         self._pulse = None
         self._work.clear()
-        self._behind_queue.clear()
+        self._queue.clear()
 
     def _acquire(self) -> Chain[None]:
         """Barrier, then commit the ownership transition; only then schedule."""

@@ -41,6 +41,7 @@ from appliance.runner.owner_events import (
     Effect,
     ObserveRequest,
 )
+from appliance.runner.owner_queue import QueueView
 from appliance.runner.owner_serial import Chain, NotOwner, SerialCore, Uncertain
 from appliance.runner.report_text import failure_reason
 from appliance.runner.worker_answers import CancelResult, Capacity, ExecResult, ObserveResult
@@ -54,10 +55,9 @@ OBSERVE_POLL_MAX_S: Final = 2.0
 # the worker otherwise costs several early observations per execution, each on the same CPU the
 # queue needs; the backoff reaches OBSERVE_POLL_MAX_S for a long wait either way.
 OBSERVE_QUEUED_FIRST_POLL_S: Final = 0.4  # real seconds
-# The worker's queue is FIFO behind its slots, so an answer showing a free slot means every
-# execution it accepted before has started. Each execution last seen waiting in that queue is
-# then looked at once soon, instead of at the end of its backoff: without it the tail of a burst
-# is recorded up to OBSERVE_POLL_MAX_S after it ended. At most one extra look per wait.
+# An execution waiting in the worker's queue is looked at this soon once it reaches the front or
+# the queue drained (appliance/runner/owner_queue.py), not at the end of its backoff: without it
+# the tail of a burst was recorded up to OBSERVE_POLL_MAX_S after it ended.
 OBSERVE_AFTER_QUEUE_S: Final = 0.05  # real seconds
 # After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
 # that arrives later (a healed link, a worker back up) resolves it (SPEC §3). Bounded: Unknown
@@ -110,12 +110,6 @@ def first_poll_s(capacity: Capacity | None) -> float:
     return OBSERVE_FIRST_POLL_S
 
 
-def queue_drained(capacity: Capacity | None) -> bool:
-    """A free engine slot: nothing waits in the worker's queue (it fills only behind busy
-    slots), so every execution it accepted before this answer has started."""
-    return capacity is not None and capacity.free_slots > 0
-
-
 def waiting_for_slot(result: ObserveResult | Exception) -> bool:
     """A protocol-1 observation of an accepted execution that has not started: ``running``
     with ``started_at: null`` (docs/protocol.md, the observation route)."""
@@ -143,7 +137,7 @@ class AttemptDecisions(SerialCore):
     epoch: int | None
     _work: dict[int, Work]  # occurrence id -> dispatched attempt
     _tasks: dict[int, Work]  # worker-call token -> its work
-    _behind_queue: dict[int, Work]  # occurrence id -> last seen waiting in the worker's queue
+    _queue: QueueView[Work]  # the attempts last seen waiting in the worker's queue
 
     def _deadline_s(self) -> float:
         return self._wall_s + self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
@@ -169,7 +163,7 @@ class AttemptDecisions(SerialCore):
         then be dropped and it would stay Running for ever."""
         if self._work.get(work.occurrence_id) is work:
             del self._work[work.occurrence_id]
-            self._behind_queue.pop(work.occurrence_id, None)
+            self._look_soon(self._queue.leave(work.occurrence_id))
 
     def _current(self, work: Work) -> Any:
         """The committed record if it is still this work's attempt, else None."""
@@ -218,7 +212,9 @@ class AttemptDecisions(SerialCore):
         """The dispatch's answer: accepted → observe; otherwise ``dispatch_outcome.after_exec``
         decides from the committed state (re-send, Failed, fence, or observe)."""
         work.busy = False
-        self._after_answer(work, result)
+        queued = isinstance(result, ExecResult) and result.kind == "accepted"
+        queued = queued and first_poll_s(result.capacity) == OBSERVE_QUEUED_FIRST_POLL_S
+        self._after_answer(work, result, waiting=queued)
         record = self._current(work)
         if record is None:
             return
@@ -232,10 +228,7 @@ class AttemptDecisions(SerialCore):
                 late_ms=self._late_ms(work.due_s),
                 **ids,
             )
-            first_s = first_poll_s(result.capacity)
-            if first_s == OBSERVE_QUEUED_FIRST_POLL_S:
-                self._behind_queue[work.occurrence_id] = work
-            self._start_observing(work, first_s)
+            self._start_observing(work, first_poll_s(result.capacity))
             return
         if result.kind == "retired":
             # At or below the worker's floor W, which a committed state set: the occurrence left
@@ -260,20 +253,33 @@ class AttemptDecisions(SerialCore):
         look = work.look
         self._later(delay_s, lambda: self._poll(work, look))
 
-    def _after_answer(self, work: Work, result: ExecResult | ObserveResult | Exception) -> None:
-        """Every worker answer: its own answer decides whether ``work`` still waits in the
-        queue; one that shows the queue drained brings forward the look at each that did."""
-        self._behind_queue.pop(work.occurrence_id, None)
-        if not self._behind_queue or not queue_drained(getattr(result, "capacity", None)):
-            return
-        waited, self._behind_queue = self._behind_queue, {}
-        for other in waited.values():
-            if self._work.get(other.occurrence_id) is other and other.observing and not other.busy:
-                self._look_in(other, OBSERVE_AFTER_QUEUE_S)
+    def _after_answer(
+        self, work: Work, result: ExecResult | ObserveResult | Exception, *, waiting: bool
+    ) -> None:
+        """Every exec and observation answer updates the view of the worker's queue; the
+        executions that reached its front, or all when it drained, are looked at soon."""
+        capacity = getattr(result, "capacity", None)
+        self._look_soon(
+            self._queue.answer(work.occurrence_id, work, waiting=waiting, capacity=capacity)
+        )
+
+    def _look_soon(self, works: list[Work]) -> None:
+        for work in works:
+            if self._work.get(work.occurrence_id) is work and work.observing and not work.busy:
+                work.poll_s = OBSERVE_FIRST_POLL_S  # its backoff starts again: it starts soon
+                self._look_in(work, OBSERVE_AFTER_QUEUE_S)
 
     def _poll(self, work: Work, look: int) -> None:
         if self._work.get(work.occurrence_id) is not work or work.busy or look != work.look:
             return
+        if self._queue.deferred(work.occurrence_id):
+            # Deep in the worker's queue: looked at when it reaches the front, or once half of
+            # its deadline's window is left (an answer that it still waits restarts it).
+            window_s = self.cfg.remote.timeout_seconds + OBSERVE_GRACE_S
+            left_s = work.deadline_s - window_s / 2 - self._wall_s
+            if left_s > 0:
+                self._look_in(work, max(OBSERVE_FIRST_POLL_S, left_s / self.time_scale))
+                return
         eid = self._execution_id(work)
         self._spawn(work, lambda token: ObserveRequest(token, eid))
 
@@ -281,7 +287,7 @@ class AttemptDecisions(SerialCore):
         """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
         deadline are decided by dispatch_outcome (a fence without a permit, Unknown with one)."""
         work.busy = False
-        self._after_answer(work, result)
+        self._after_answer(work, result, waiting=waiting_for_slot(result))
         record = self._current(work)
         if record is None or record.terminal:
             self._forget(work)
@@ -337,8 +343,6 @@ class AttemptDecisions(SerialCore):
             # reason for Unknown.
             work.waited_for_slot = waiting
             work.deadline_s = max(work.deadline_s, self._deadline_s())
-        if waiting:
-            self._behind_queue[work.occurrence_id] = work
         if self._wall_s >= work.deadline_s:
             yield from self._observation_deadline(work, record)
             return

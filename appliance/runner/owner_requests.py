@@ -290,8 +290,9 @@ class RequestDecisions(PacedDispatch):
                 work.cancel_attempts = 0
                 self._send_cancel(work)
         if action == "acknowledge_stopped":
-            self._work.pop(oid, None)
-            self._behind_queue.pop(oid, None)
+            acknowledged = self._work.get(oid)
+            if acknowledged is not None:
+                self._forget(acknowledged)
             # What was attested over: the Unknown's reason and whether a permit was committed.
             reply["evidence"] = self._read(lambda st: ownership.unknown_evidence(st, oid))
         return reply

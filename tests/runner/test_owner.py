@@ -51,6 +51,7 @@ SANS_IO = [
     "owner_attempts.py",
     "owner_requests.py",
     "owner_pacing.py",
+    "owner_queue.py",
     "owner_events.py",
     "applied.py",
     "worker_answers.py",
@@ -353,7 +354,7 @@ def test_an_execution_waiting_in_the_queue_is_looked_at_soon_once_the_queue_drai
     assert [e["state"] for e in bench.events("outcome")] == ["Succeeded", "Succeeded"]
 
 
-def test_a_look_is_brought_forward_once_per_wait_in_the_queue() -> None:
+def test_a_drained_queue_brings_a_look_forward_once_per_wait() -> None:
     bench = Bench()
     running, queued = accepted_pair(bench)
     fire_timers(bench, OBSERVE_FIRST_POLL_S)
@@ -361,17 +362,79 @@ def test_a_look_is_brought_forward_once_per_wait_in_the_queue() -> None:
     assert fire_timers(bench) == sorted([running, queued])  # one look each, 0.4 s one void
     answer(bench, queued, ObserveResult("running", STARTED, capacity=DRAINED))
     answer(bench, running, ObserveResult("running", STARTED, capacity=DRAINED))
-    # neither waits in the queue now: their backoffs stand, nothing is brought forward again
-    assert timer_delays(bench) == [0.2, 0.8]
+    # neither waits now: the drained answer moves nothing; the queued one's backoff began anew
+    assert timer_delays(bench) == [2 * OBSERVE_FIRST_POLL_S, 4 * OBSERVE_FIRST_POLL_S]
     fire_timers(bench)
     answer(bench, queued, ObserveResult("running", WAITING, capacity=Capacity(2, 16, 0, 15)))
     answer(bench, running, ObserveResult("running", STARTED, capacity=DRAINED))
-    assert timer_delays(bench) == [OBSERVE_AFTER_QUEUE_S, 0.4, 1.6]  # seen waiting again: once
+    # seen waiting again, then drained: brought forward (its 0.2 s look is void), once
+    assert timer_delays(bench) == [OBSERVE_AFTER_QUEUE_S, 0.2, 0.4]
     assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [queued]
     answer(bench, queued, ObserveResult("running", STARTED, capacity=DRAINED))
-    # no waiter left: the drained answer moves nothing (the void 1.6 s look is still set)
-    assert timer_delays(bench) == [0.4, 1.6, 2.0]
+    assert timer_delays(bench) == [0.1, 0.2, 0.4]
     assert fire_timers(bench) == sorted([running, queued])  # one look each
+
+
+def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front() -> None:
+    bench = Bench()
+    bench.acquire()
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 4}})
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
+    bench.settle()
+    bench.wall_s = T0 + 4 * 60 + 1
+    bench.feed(Tick())
+    bench.settle()
+    ids = []
+    # one slot: the front is two; the first takes the slot, three queue behind it
+    for room in (16, 15, 14, 13):
+        dispatch = bench.take(DispatchRequest)
+        admit(bench, dispatch.binding)
+        binding = dispatch.binding
+        eid = execution_id(binding["schedule_id"], binding["occurrence_id"], binding["attempt"])
+        capacity = Capacity(1, 16, 0, room)
+        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", eid, capacity=capacity)))
+        ids.append(eid)
+    first, ahead, next_up, deep = ids
+    assert timer_delays(bench) == [OBSERVE_FIRST_POLL_S] + [OBSERVE_QUEUED_FIRST_POLL_S] * 3
+    assert fire_timers(bench) == sorted([first, ahead, next_up])  # the deep one: no request
+    window_s = bench.cfg.remote.timeout_seconds + 30
+    assert timer_delays(bench) == [window_s / 2]  # its look once half its window is left
+    answer(bench, next_up, ObserveResult("running", WAITING, capacity=Capacity(1, 16, 0, 13)))
+    answer(bench, first, ObserveResult("completed", {"status": "completed"}))
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [ahead]  # nobody left the queue yet
+    answer(bench, ahead, ObserveResult("running", STARTED, capacity=Capacity(1, 16, 0, 14)))
+    # the one ahead started: the deep one reached the front and is looked at soon
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [deep]
+    answer(bench, deep, ObserveResult("running", WAITING, capacity=Capacity(1, 16, 0, 14)))
+    assert occurrence(bench).state.value != "Unknown"
+
+
+def test_a_deferred_look_still_comes_before_the_deadline() -> None:
+    bench = Bench()
+    bench.acquire()
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 3}})
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
+    bench.settle()
+    bench.wall_s = T0 + 3 * 60 + 1
+    bench.feed(Tick())
+    bench.settle()
+    for room in (15, 14, 13):  # all three behind a busy slot: the third is deferred
+        dispatch = bench.take(DispatchRequest)
+        admit(bench, dispatch.binding)
+        capacity = Capacity(1, 16, 0, room)
+        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "x", capacity=capacity)))
+    deep = bench.owner._work[3]
+    fire_timers(bench)
+    assert sorted(o.execution_id for o in bench.pending if isinstance(o, ObserveRequest)) == [
+        execution_id(1, 1, 1),
+        execution_id(1, 2, 1),
+    ]
+    window_s = bench.cfg.remote.timeout_seconds + 30
+    bench.wall_s = deep.deadline_s - window_s / 2  # half its window left: looked at now
+    fire_timers(bench)
+    assert execution_id(1, 3, 1) in [
+        o.execution_id for o in bench.pending if isinstance(o, ObserveRequest)
+    ]
 
 
 @pytest.mark.parametrize(

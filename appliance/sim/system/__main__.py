@@ -36,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the retention profile (issue 19): this small a records limit, so records retire, "
         "the worker prunes at or below the floor W, and exec requests are replayed to it later",
     )
+    parser.add_argument(
+        "--schedules",
+        type=int,
+        default=1,
+        help="the burst profile (issue 17): this many every-minute schedules (at most 4), so "
+        "occurrences fall due together and wait in the engine's queue",
+    )
     parser.add_argument("--time-scale", type=float, default=SystemOptions.time_scale)
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     parser.add_argument(
@@ -48,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         liveness_ms=args.liveness_ms,
         strict_unknown=not args.allow_unknown_without_permit,
         records=args.records,
+        schedules=args.schedules,
         time_scale=args.time_scale,
     )
     started = time.monotonic()

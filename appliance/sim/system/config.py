@@ -58,6 +58,9 @@ class SystemOptions:
     # requests to the worker later (a duplicated request), which is what pruning must survive.
     # 0: the default LIMITS and no replays (every seed's random stream as before).
     records: int = 0
+    # Burst profile (issue 17): this many copies of the every-minute schedule, so that several
+    # occurrences fall due at once and wait in the engine's queue. 1: every seed as before.
+    schedules: int = 1
 
 
 def limits_for(options: SystemOptions) -> Limits:

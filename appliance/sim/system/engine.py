@@ -2,7 +2,9 @@
 
 Theory of operation. ``SimEngine`` keeps the engine's contract as the launch core uses it
 (appliance/worker/ports.py ``LaunchEngine``): pool capacity is reserved before the permit
-request and refused with ``PoolFull`` when ``slots`` are all held; a reservation binds once to
+request and refused with ``PoolFull`` when ``slots`` and the ``queued`` places behind them are all
+held; a submission beyond ``slots`` waits in FIFO order, ``running`` with ``started_at`` None,
+until a running one ends (its timeout starts when it starts); a reservation binds once to
 one request and yields a one-shot capability that re-checks the durable consume record before
 it submits (``SubmitRefused`` otherwise); ``cancel`` waits a bounded time for the stop and
 answers the report as it stands; listeners hear every progress and terminal report.
@@ -61,7 +63,7 @@ class EngineFaults:
 class _Run:
     request: ExecutionRequest
     behaviour: str
-    started_at: datetime
+    started_at: datetime | None  # None: waiting in the queue for a slot
     status: ExecutionStatus = ExecutionStatus.RUNNING
     finished_at: datetime | None = None
     stopping: bool = False
@@ -140,8 +142,10 @@ class SimEngine:
     now: Callable[[], datetime]
     on_launch: Callable[[ExecutionRequest], None]
     slots: int = 4
+    queued: int = 0  # places behind the slots (the engine's max_queued)
     _held: set[int] = field(default_factory=set)
     _runs: dict[str, _Run] = field(default_factory=dict)
+    _waiting: list[_Run] = field(default_factory=list)  # submitted, not started (FIFO)
     _listeners: list[EngineListener] = field(default_factory=list)
     _next_token: int = 0
     closed: bool = False
@@ -151,15 +155,15 @@ class SimEngine:
     def reserve(self) -> SimReservation:
         if self.closed:
             raise EngineClosed("the engine is shut down")
-        if len(self._held) + self._running() >= self.slots:
-            raise PoolFull(f"{self.slots} slots held")
+        if len(self._held) + self._running() >= self.slots + self.queued:
+            raise PoolFull(f"{self.slots} slots and {self.queued} queue places held")
         self._next_token += 1
         self._held.add(self._next_token)
         return SimReservation(self, self._next_token)
 
     def capacity(self) -> tuple[int, int, int]:
-        """``(max_concurrent, max_queued, reserved)``: every slot runs at once here."""
-        return self.slots, 0, len(self._held) + self._running()
+        """``(max_concurrent, max_queued, reserved)``: reserved counts every unit held."""
+        return self.slots, self.queued, len(self._held) + self._running()
 
     def add_listener(self, listener: EngineListener) -> None:
         self._listeners.append(listener)
@@ -176,6 +180,9 @@ class SimEngine:
             raise UnknownExecution(execution_id)
         if run.status.terminal:
             return run.report()
+        if run.started_at is None:  # still queued: it leaves the queue, nothing ran
+            self._finish(run, ExecutionStatus.CANCELLED, deliver=False)
+            return run.report()
         if not run.stopping:
             run.stopping = True
             if self.rng.random() < self.faults.stop_later:
@@ -190,7 +197,15 @@ class SimEngine:
     # -- internals --
 
     def _running(self) -> int:
+        """Every submitted run that holds a unit: running or waiting in the queue."""
         return sum(1 for r in self._runs.values() if not r.status.terminal and not r.forgotten)
+
+    def _started(self) -> int:
+        return sum(
+            1
+            for r in self._runs.values()
+            if r.started_at is not None and not r.status.terminal and not r.forgotten
+        )
 
     def _submit(self, reservation: SimReservation, request: ExecutionRequest) -> ExecutionReport:
         if self.closed:
@@ -203,8 +218,17 @@ class SimEngine:
         self._held.discard(reservation.token)
         self.on_launch(request)
         behaviour = _choose(self.rng, self.faults.weights)
-        run = _Run(request, behaviour, self.now())
+        run = _Run(request, behaviour, None)
         self._runs[request.execution_id] = run
+        if self._started() < self.slots:
+            self._start(run)
+        else:
+            self._waiting.append(run)
+        return run.report()
+
+    def _start(self, run: _Run) -> None:
+        run.started_at = self.now()
+        request, behaviour = run.request, run.behaviour
         self.schedule(0, lambda: self._emit(run))  # the "started" progress report
         timeout_ms = int(request.timeout_seconds * 1000 / self.faults.time_scale)
         low, high = self.faults.run_share
@@ -212,7 +236,7 @@ class SimEngine:
         if behaviour == "hang":
             self.schedule(timeout_ms, lambda: self._finish(run, ExecutionStatus.TIMED_OUT))
         elif behaviour == "lose":
-            self.schedule(delay, lambda: setattr(run, "forgotten", True))
+            self.schedule(delay, lambda: self._forget(run))
         elif delay >= timeout_ms:
             self.schedule(timeout_ms, lambda: self._finish(run, ExecutionStatus.TIMED_OUT))
         else:
@@ -220,7 +244,18 @@ class SimEngine:
                 ExecutionStatus.COMPLETED if behaviour == "complete" else ExecutionStatus.FAILED
             )
             self.schedule(delay, lambda: self._finish(run, status))
-        return run.report()
+
+    def _start_waiting(self) -> None:
+        """A slot freed: the oldest waiting run starts (FIFO, as the engine pool)."""
+        self._waiting = [r for r in self._waiting if not r.status.terminal and not r.forgotten]
+        while self._waiting and self._started() < self.slots and not self.closed:
+            self._start(self._waiting.pop(0))
+
+    def _forget(self, run: _Run) -> None:
+        if self.closed or run.status.terminal:
+            return
+        run.forgotten = True
+        self._start_waiting()
 
     def _finish(self, run: _Run, status: ExecutionStatus, deliver: bool = True) -> None:
         if self.closed or run.status.terminal or run.forgotten:
@@ -229,6 +264,7 @@ class SimEngine:
         run.finished_at = self.now()
         if deliver:
             self._emit(run)
+        self._start_waiting()
         # else: the caller (cancel) returns the terminal report and the core records it
 
     def _emit(self, run: _Run) -> None:

@@ -77,6 +77,7 @@ class WorkerProcess:
                 request.execution_id, incarnation, self.disk, self.clock.wall_s()
             ),
             slots=sim.engine_slots,
+            queued=sim.engine_queue,
         )
         self.engines[incarnation] = self.engine
         self.admission = AdmissionClient(

@@ -113,6 +113,10 @@ class SystemSim:
         # The engine's slots: one or two make claimed work wait for capacity (paced dispatch).
         # Drawn from a source of its own, so the rest of the seed's faults stay what they were.
         self.engine_slots = random.Random(f"slots-{seed}").choice((1, 2, 4))
+        # Places behind the slots (the engine's FIFO queue): an execution waits there as running
+        # with started_at null, and the owner's view of the queue (runner/owner_queue.py) decides
+        # when to look at it.
+        self.engine_queue = random.Random(f"queue-{seed}").choice((0, 0, 2, 8))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
         self.worker = WorkerProcess(self)
@@ -122,7 +126,13 @@ class SystemSim:
         self.admission_answers: dict[int, Callable[[int, dict[str, Any]], None]] = {}
         self.operator_replies: dict[int, Any] = {}
         self.worker_blocked: set[str] = set()  # voters cut off from the worker
-        self.definition = parse_definition(DEFINITION, self.limits)
+        self.definitions = tuple(
+            parse_definition(
+                {**DEFINITION, "name": f"{DEFINITION['name']}-{i}" if i else DEFINITION["name"]},
+                self.limits,
+            )
+            for i in range(options.schedules)
+        )
         self.run_now_ids: list[str] = []
         self.code_versions = 0
         self._liveness = False
@@ -157,7 +167,7 @@ class SystemSim:
             cluster_bearer_env="SIM_CLUSTER",
             remote=remote,
             limits=self.limits,
-            schedules=(self.definition,),
+            schedules=self.definitions,
         )
 
     # -- the event queue --
@@ -285,7 +295,9 @@ class SystemSim:
         leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
         if leaders:
             self.request_ids += 1
-            action = {"action": "resume"} if paused else {"action": "disable", "id": 1}
+            schedules = self.ledger.reference.state.schedules
+            enabled = min((sid for sid, sch in schedules.items() if sch.enabled), default=1)
+            action = {"action": "resume"} if paused else {"action": "disable", "id": enabled}
             command = parse_operator(json.dumps(action))
             leaders[0].feed(ev.OperatorRequest(self.request_ids, command))
         self.at(2_000, self._disable)
