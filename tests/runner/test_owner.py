@@ -333,11 +333,12 @@ WAITING = {"status": "running", "started_at": None}
     ("capacity", "brought_forward"),
     [
         (DRAINED, True),
-        (Capacity(2, 16, 0, 16), False),  # every slot busy: the queued one may still wait
+        (Capacity(2, 16, 0, 16), True),  # every slot busy, nothing queued: it took a slot
+        (Capacity(2, 16, 0, 15), False),  # one still queued: it may be that one
         (None, False),  # an older worker: nothing said
     ],
 )
-def test_an_execution_waiting_in_the_queue_is_looked_at_soon_once_the_queue_drained(
+def test_an_execution_waiting_in_the_queue_is_looked_at_soon_once_the_queue_moved_past_it(
     capacity: Capacity | None, brought_forward: bool
 ) -> None:
     bench = Bench()
@@ -375,8 +376,10 @@ def test_a_drained_queue_brings_a_look_forward_once_per_wait() -> None:
     assert fire_timers(bench) == sorted([running, queued])  # one look each
 
 
-def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front() -> None:
-    bench = Bench()
+def four_accepted_behind_one_slot(bench: Bench) -> list[str]:
+    """Four occurrences accepted by a one-slot worker (its front is two): the first takes the
+    slot, three queue behind it and the third of those is deferred. Their execution ids; their
+    first looks are pending."""
     bench.acquire()
     catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 4}})
     bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
@@ -385,7 +388,6 @@ def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front()
     bench.feed(Tick())
     bench.settle()
     ids = []
-    # one slot: the front is two; the first takes the slot, three queue behind it
     for room in (16, 15, 14, 13):
         dispatch = bench.take(DispatchRequest)
         admit(bench, dispatch.binding)
@@ -394,8 +396,13 @@ def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front()
         capacity = Capacity(1, 16, 0, room)
         bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", eid, capacity=capacity)))
         ids.append(eid)
-    first, ahead, next_up, deep = ids
     assert timer_delays(bench) == [OBSERVE_FIRST_POLL_S] + [OBSERVE_QUEUED_FIRST_POLL_S] * 3
+    return ids
+
+
+def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front() -> None:
+    bench = Bench()
+    first, ahead, next_up, deep = four_accepted_behind_one_slot(bench)
     assert fire_timers(bench) == sorted([first, ahead, next_up])  # the deep one: no request
     window_s = bench.cfg.remote.timeout_seconds + 30
     assert timer_delays(bench) == [window_s / 2]  # its look once half its window is left
@@ -405,8 +412,20 @@ def test_an_execution_deep_in_the_queue_is_looked_at_when_it_reaches_the_front()
     answer(bench, ahead, ObserveResult("running", STARTED, capacity=Capacity(1, 16, 0, 14)))
     # the one ahead started: the deep one reached the front and is looked at soon
     assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [deep]
-    answer(bench, deep, ObserveResult("running", WAITING, capacity=Capacity(1, 16, 0, 14)))
-    assert occurrence(bench).state.value != "Unknown"
+
+
+def test_the_oldest_beyond_what_the_worker_still_queues_are_looked_at_soon() -> None:
+    bench = Bench()
+    first, ahead, next_up, deep = four_accepted_behind_one_slot(bench)
+    assert fire_timers(bench, OBSERVE_FIRST_POLL_S) == [first]
+    # one unit still queued at the worker: of the three seen waiting, the newest; the two older
+    # ones have started (FIFO) and are looked at soon, the deferred newest one is not
+    one_queued = Capacity(1, 16, 0, 15)
+    answer(bench, first, ObserveResult("completed", {"status": "completed"}, capacity=one_queued))
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == sorted([ahead, next_up])
+    answer(bench, ahead, ObserveResult("completed", {"status": "completed"}, capacity=one_queued))
+    answer(bench, next_up, ObserveResult("running", STARTED, capacity=one_queued))
+    assert fire_timers(bench, OBSERVE_AFTER_QUEUE_S) == [deep]  # it reached the front
 
 
 def test_a_deferred_look_still_comes_before_the_deadline() -> None:

@@ -18,6 +18,7 @@ import copy
 import logging
 from collections import Counter
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -92,6 +93,40 @@ def test_the_faults_reach_every_rule_under_test() -> None:
         assert reached[needed] > 0, needed
     for fault in totals:
         assert totals[fault] > 0, fault
+
+
+BURST_SEEDS = 12
+
+
+def test_the_burst_profile_waits_in_the_engine_queue_and_keeps_every_rule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 17: four schedules due together wait in the engine's FIFO queue, and the owner's
+    # queue view defers looks, promotes them at the front and after the stated queue shrank.
+    from appliance.runner import owner_queue
+
+    seen: Counter[str] = Counter()
+    answer, leave = owner_queue.QueueView.answer, owner_queue.QueueView.leave
+
+    def counted_answer(view: Any, oid: int, work: Any, *, waiting: bool, capacity: Any) -> Any:
+        deferred = len(view._deferred)
+        soon = answer(view, oid, work, waiting=waiting, capacity=capacity)
+        seen.update(waiting=waiting, deferred=len(view._deferred) > deferred, soon=len(soon))
+        return soon
+
+    def counted_leave(view: Any, oid: int) -> Any:
+        promoted = leave(view, oid)
+        seen.update(promoted=len(promoted))
+        return promoted
+
+    monkeypatch.setattr(owner_queue.QueueView, "answer", counted_answer)
+    monkeypatch.setattr(owner_queue.QueueView, "leave", counted_leave)
+    options = world.SystemOptions(schedules=4, liveness_ms=4 * world.SystemOptions.liveness_ms)
+    for seed in range(BURST_SEEDS):
+        result = world.SystemSim(seed, options).run()
+        assert result.ok, f"seed {seed}: {result.violation} ({_replay(seed)} --schedules 4)"
+    for needed in ("waiting", "deferred", "soon", "promoted"):
+        assert seen[needed] > 0, (needed, seen)
 
 
 def test_a_seed_reproduces_its_run_exactly() -> None:

@@ -22,7 +22,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
     parser.add_argument("--start", type=int, default=0, help="first seed")
     parser.add_argument("--safety-ms", type=int, default=SystemOptions.safety_ms)
-    parser.add_argument("--liveness-ms", type=int, default=SystemOptions.liveness_ms)
+    parser.add_argument(
+        "--liveness-ms",
+        type=int,
+        default=None,
+        help=f"default {SystemOptions.liveness_ms} per schedule: a burst settles one engine "
+        "slot's worth at a time, retries and re-claims after fences included",
+    )
     parser.add_argument(
         "--allow-unknown-without-permit",
         action="store_true",
@@ -52,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.CRITICAL)  # the components' own logs; the summary says enough
     options = SystemOptions(
         safety_ms=args.safety_ms,
-        liveness_ms=args.liveness_ms,
+        liveness_ms=args.liveness_ms or SystemOptions.liveness_ms * max(1, args.schedules),
         strict_unknown=not args.allow_unknown_without_permit,
         records=args.records,
         schedules=args.schedules,
@@ -94,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL seed {seed}: {result.violation}", flush=True)
             print(
                 f"  reproduce: python -m appliance.sim.system --seeds 1 --start {seed} "
-                f"--safety-ms {args.safety_ms} --liveness-ms {args.liveness_ms}"
+                f"--safety-ms {args.safety_ms} --liveness-ms {options.liveness_ms}"
                 f"{f' --records {args.records}' if args.records else ''}"
+                f"{f' --schedules {args.schedules}' if args.schedules != 1 else ''}"
                 f" --time-scale {args.time_scale:g}"
                 f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
                 " --verbose"

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from appliance.sim.system.world import SystemResult, SystemSim
 
 END_STATES = frozenset({"Cancelled", "Succeeded", "Failed", "Abandoned", "Unknown", "Cancelling"})
+HELD_BY_OPERATOR = frozenset({"Unknown", "Cancelling"})  # running places until attested or stopped
 CONFIRMED_FAILURES = frozenset({"failed", "timed_out"})
 RULE_STALE_EPOCH = "a permit only for a claim of the current ownership epoch"
 RULE_PAUSED = "nothing selected or claimed while paused"
@@ -278,8 +279,14 @@ class Ledger:
         return bool(schedules) and not any(s.enabled for s in schedules.values())
 
     def end_states(self) -> frozenset[str]:
-        """Once the grant expired nothing new is claimed (docs/recovery.md): Pending stays."""
+        """Once the grant expired nothing new is claimed (docs/recovery.md): Pending stays. So
+        it does while attempts that only an operator releases (Unknown, Cancelling) hold every
+        running place (``limits.running``): the burst profile's faults can leave that many."""
+        state = self.reference.state
         if self.sim.wall_s() >= self.sim.expires_at_s:
+            return END_STATES | {"Pending"}
+        held = sum(1 for o in state.occurrences.values() if o.state.value in HELD_BY_OPERATOR)
+        if held >= state.limits.running and held == state.counts().running:
             return END_STATES | {"Pending"}
         return END_STATES
 
