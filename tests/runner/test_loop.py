@@ -57,6 +57,10 @@ def test_a_committed_permit_is_answered_without_waiting_for_the_loop() -> None:
         create(v)
         v.advance_to(T0 + 60)
         wait_until(lambda: v.worker.admissions, "the first admission")
+        # The worker has its answer before the loop takes the commit: wait until the loop has
+        # logged it too, or the stuck stand-in below would hold the first admission's turn, and
+        # the second request would sit behind it for as long as its own reply timeout.
+        wait_until(lambda: v.events("admission"), "the first admission logged by the loop")
         binding = v.worker.calls[0][1]
         release = threading.Event()
         original = v.runner.owner._admit_done
