@@ -278,25 +278,32 @@ def test_the_first_look_at_an_execution_accepted_into_a_queue_comes_later(
     assert bench.take(SetTimer).delay_s == first_s
 
 
-def accepted_pair(bench: Bench) -> tuple[str, str]:
-    """Two occurrences accepted by a two-slot worker: the first runs, the second waits in its
-    queue behind a busy slot. Their execution ids; their first looks are pending (the running
-    one's after 50 ms, the queued one's after OBSERVE_QUEUED_FIRST_POLL_S)."""
+def accept_catch_up(bench: Bench, capacities: list[Capacity]) -> list[str]:
+    """One Concurrent schedule catching up ``len(capacities)`` missed slots at once, each
+    dispatch admitted and accepted with the next capacity; their execution ids, in order."""
     bench.acquire()
-    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 2}})
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": len(capacities)}})
     bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
     bench.settle()
-    bench.wall_s = T0 + 2 * 60 + 1
+    bench.wall_s = T0 + len(capacities) * 60 + 1
     bench.feed(Tick())
     bench.settle()
     ids = []
-    for capacity in (Capacity(2, 16, 1, 16), Capacity(2, 16, 0, 15)):
+    for capacity in capacities:
         dispatch = bench.take(DispatchRequest)
         admit(bench, dispatch.binding)
         binding = dispatch.binding
         eid = execution_id(binding["schedule_id"], binding["occurrence_id"], binding["attempt"])
         bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", eid, capacity=capacity)))
         ids.append(eid)
+    return ids
+
+
+def accepted_pair(bench: Bench) -> tuple[str, str]:
+    """Two occurrences accepted by a two-slot worker: the first runs, the second waits in its
+    queue behind a busy slot. Their execution ids; their first looks are pending (the running
+    one's after 50 ms, the queued one's after OBSERVE_QUEUED_FIRST_POLL_S)."""
+    ids = accept_catch_up(bench, [Capacity(2, 16, 1, 16), Capacity(2, 16, 0, 15)])
     assert timer_delays(bench) == [OBSERVE_FIRST_POLL_S, OBSERVE_QUEUED_FIRST_POLL_S]
     return ids[0], ids[1]
 
@@ -380,22 +387,7 @@ def four_accepted_behind_one_slot(bench: Bench) -> list[str]:
     """Four occurrences accepted by a one-slot worker (its front is two): the first takes the
     slot, three queue behind it and the third of those is deferred. Their execution ids; their
     first looks are pending."""
-    bench.acquire()
-    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 4}})
-    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
-    bench.settle()
-    bench.wall_s = T0 + 4 * 60 + 1
-    bench.feed(Tick())
-    bench.settle()
-    ids = []
-    for room in (16, 15, 14, 13):
-        dispatch = bench.take(DispatchRequest)
-        admit(bench, dispatch.binding)
-        binding = dispatch.binding
-        eid = execution_id(binding["schedule_id"], binding["occurrence_id"], binding["attempt"])
-        capacity = Capacity(1, 16, 0, room)
-        bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", eid, capacity=capacity)))
-        ids.append(eid)
+    ids = accept_catch_up(bench, [Capacity(1, 16, 0, room) for room in (16, 15, 14, 13)])
     assert timer_delays(bench) == [OBSERVE_FIRST_POLL_S] + [OBSERVE_QUEUED_FIRST_POLL_S] * 3
     return ids
 
