@@ -278,16 +278,21 @@ def test_the_first_look_at_an_execution_accepted_into_a_queue_comes_later(
     assert bench.take(SetTimer).delay_s == first_s
 
 
+def due_catch_up(bench: Bench, slots: int) -> None:
+    """Ownership, then one Concurrent schedule with ``slots`` missed slots caught up at once."""
+    bench.acquire()
+    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": slots}})
+    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
+    bench.settle()
+    bench.wall_s = T0 + slots * 60 + 1
+    bench.feed(Tick())
+    bench.settle()
+
+
 def accept_catch_up(bench: Bench, capacities: list[Capacity]) -> list[str]:
     """One Concurrent schedule catching up ``len(capacities)`` missed slots at once, each
     dispatch admitted and accepted with the next capacity; their execution ids, in order."""
-    bench.acquire()
-    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": len(capacities)}})
-    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
-    bench.settle()
-    bench.wall_s = T0 + len(capacities) * 60 + 1
-    bench.feed(Tick())
-    bench.settle()
+    due_catch_up(bench, len(capacities))
     ids = []
     for capacity in capacities:
         dispatch = bench.take(DispatchRequest)
@@ -422,13 +427,7 @@ def test_the_oldest_beyond_what_the_worker_still_queues_are_looked_at_soon() -> 
 
 def test_a_deferred_look_still_comes_before_the_deadline() -> None:
     bench = Bench()
-    bench.acquire()
-    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 3}})
-    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
-    bench.settle()
-    bench.wall_s = T0 + 3 * 60 + 1
-    bench.feed(Tick())
-    bench.settle()
+    due_catch_up(bench, 3)
     for room in (15, 14, 13):  # all three behind a busy slot: the third is deferred
         dispatch = bench.take(DispatchRequest)
         admit(bench, dispatch.binding)
@@ -602,13 +601,7 @@ def test_the_claims_of_one_pulse_are_proposed_together() -> None:
     bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=2))
     bench.machine = Machine(None, bench.cfg.limits)
     bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
-    bench.acquire()
-    catch_up = definition(overlap="Concurrent", missed={"CatchUp": {"cap": 4}})
-    bench.feed(OperatorRequest(1, OperatorCommand("create", {"definition": catch_up})))
-    bench.settle()
-    bench.wall_s = T0 + 4 * 60 + 1
-    bench.feed(Tick())
-    bench.settle()  # four created, two claimed in the observation (the running limit)
+    due_catch_up(bench, 4)  # four created, two claimed in the observation (the running limit)
     # Paced dispatch: the first send probes the worker alone; its answer states no capacity
     # (an older worker), so the second one follows as before pacing.
     dispatches = [bench.take(DispatchRequest)]
