@@ -43,6 +43,7 @@ from appliance.config.runner import RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.engine.pdeathsig import set_parent_death_signal
 from appliance.runner.drain_notice import drain_notice, open_occurrences
+from appliance.runner.log_file import RotatingLogFile
 from appliance.runner.logs import DecisionLog
 from appliance.runner.process import DRAIN_S, RunnerProcess, make_clock, read_commands
 from appliance.runner.quickstart_console import Console, LockedStream
@@ -62,6 +63,10 @@ DEFAULT_DATA_DIR: Final = None  # without --data-dir: default_data_dir (per-user
 WORKER_READY_TIMEOUT_S: Final = 60.0
 WORKER_STOP_TIMEOUT_S: Final = 30.0
 WORKER_LOG_TAIL_LINES: Final = 15
+# runner.log and worker.log each start again past this, keeping one predecessor (<name>.1):
+# at most 64 MiB each, about a month of one every-minute schedule's decisions.
+LOG_FILE_BYTES: Final = 32 * 1024 * 1024
+WORKER_PUMP_JOIN_S: Final = 2.0
 PREFIX: Final = "appliance quickstart"
 
 
@@ -104,7 +109,7 @@ def _die_with_parent() -> None:
 class WorkerChild:
     """The worker process: started with the credentials in its environment, stopped and reaped."""
 
-    def __init__(self, layout: Layout, log: TextIO) -> None:
+    def __init__(self, layout: Layout, log: RotatingLogFile) -> None:
         self._log_path = layout.data_dir / "worker.log"
         self._log = log
         self._ready = threading.Event()
@@ -113,7 +118,8 @@ class WorkerChild:
             env={**os.environ, **layout.credentials},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=log,
+            # Its log (stderr) goes through the pipe too, so the quickstart's file can rotate.
+            stderr=subprocess.STDOUT,
             text=True,
             # Its own process group: Ctrl-C reaches only the quickstart, which stops the worker
             # in order (after the voter has drained) instead of both racing to exit.
@@ -126,11 +132,14 @@ class WorkerChild:
         stream = self.proc.stdout
         if stream is None:
             raise QuickstartError("the worker's stdout is not a pipe")
-        threading.Thread(target=self._pump, args=(stream,), name="worker-out", daemon=True).start()
+        self._pump_thread = threading.Thread(
+            target=self._pump, args=(stream,), name="worker-out", daemon=True
+        )
+        self._pump_thread.start()
 
     def _pump(self, stream: TextIO) -> None:
         for line in stream:
-            if '"ready"' in line:
+            if line.startswith('{"event": "ready"'):  # not a log line that mentions "ready"
                 self._ready.set()
             with contextlib.suppress(OSError, ValueError):
                 self._log.write(line)
@@ -157,10 +166,12 @@ class WorkerChild:
         if self.proc.poll() is None:
             self.proc.terminate()  # SIGTERM: the worker cancels and reaps its engine children
         try:
-            return self.proc.wait(WORKER_STOP_TIMEOUT_S)
+            code = self.proc.wait(WORKER_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            return self.proc.wait(WORKER_STOP_TIMEOUT_S)
+            code = self.proc.wait(WORKER_STOP_TIMEOUT_S)
+        self._pump_thread.join(WORKER_PUMP_JOIN_S)  # its last lines reach worker.log
+        return code
 
 
 def banner(
@@ -234,8 +245,12 @@ def run_quickstart(
     previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         with contextlib.ExitStack() as stack:
-            worker_log = stack.enter_context(open(data_dir / "worker.log", "a", encoding="utf-8"))
-            runner_log = stack.enter_context(open(data_dir / "runner.log", "a", encoding="utf-8"))
+            worker_log = stack.enter_context(
+                RotatingLogFile(data_dir / "worker.log", LOG_FILE_BYTES)
+            )
+            runner_log = stack.enter_context(
+                RotatingLogFile(data_dir / "runner.log", LOG_FILE_BYTES)
+            )
             worker = WorkerChild(layout, worker_log)
             stack.callback(worker.stop)  # runs after the voter has stopped (LIFO)
             try:

@@ -151,6 +151,17 @@ def test_the_credentials_file_is_0600_and_no_credential_is_ever_printed(
         assert value[: len(value) // 2] not in shown, f"half of {name} was shown"
 
 
+def test_worker_log_holds_the_workers_stdout_and_its_stderr_to_the_last_line(
+    first: FirstSession,
+) -> None:
+    # Both streams come through one pipe into a rotating file; the quickstart reads it to the
+    # end after the worker is reaped, so even the worker's stop notice is kept.
+    lines = (first.qs.data_dir / "worker.log").read_text().splitlines()
+    assert any(line.startswith('{"event": "ready"') for line in lines)  # stdout
+    assert any(line.startswith("appliance worker: stopping") for line in lines)  # stderr, last
+    assert not (first.qs.data_dir / "worker.log.1").exists()  # far below its bound
+
+
 def test_a_second_run_resumes_the_same_store_and_schedule(first: FirstSession) -> None:
     assert first.exit_code == 0
     assert [s["definition"]["name"] for s in first.schedules] == ["hello"]  # type: ignore[index]
