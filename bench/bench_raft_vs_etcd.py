@@ -387,7 +387,6 @@ class RaftCluster(Cluster):
         status = response.json()
         return bool(status.get("role") == "follower" and status.get("leader_id"))
 
-
     def extra_config(self, node_id: str) -> dict[str, Any]:
         return {}
 

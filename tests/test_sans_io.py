@@ -15,8 +15,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "appliance"
 FORBIDDEN_MODULES = {
-    "time", "threading", "socket", "random", "falcon", "apsw", "waitress", "subprocess",
-    "asyncio", "os", "selectors", "multiprocessing", "urllib", "http",
+    "time",
+    "threading",
+    "socket",
+    "random",
+    "falcon",
+    "apsw",
+    "waitress",
+    "subprocess",
+    "asyncio",
+    "os",
+    "selectors",
+    "multiprocessing",
+    "urllib",
+    "http",
 }
 # The Raft package's I/O side: the driver thread and the transport with its per-peer parts.
 IO_MODULE_NAMES = {

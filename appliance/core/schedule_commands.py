@@ -191,9 +191,7 @@ def _refuse_if_paused(txn: Txn, what: str) -> None:
         raise Paused(f"{what}: scheduling is paused; resume first")
 
 
-def _room_for_one(
-    txn: Txn, schedule_id: int, due_s: int, at_s: int, created_by: str
-) -> str | None:
+def _room_for_one(txn: Txn, schedule_id: int, due_s: int, at_s: int, created_by: str) -> str | None:
     """Why one more record cannot be created now (``outstanding`` or ``capacity``), or None."""
     if txn.outstanding >= txn.limits.outstanding:
         return "outstanding"

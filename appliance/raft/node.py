@@ -856,9 +856,7 @@ class RaftNode:
         incoming.chunks.append(m.data)
         incoming.received += len(m.data)
         if incoming.received < m.total_bytes:
-            self._send(
-                SnapshotResponse(self.id, m.sender, self.term, m.index, incoming.received)
-            )
+            self._send(SnapshotResponse(self.id, m.sender, self.term, m.index, incoming.received))
             return
         self._incoming = None
         data = b"".join(incoming.chunks)

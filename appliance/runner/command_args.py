@@ -144,9 +144,7 @@ def plan_backfill_args(
 
 # ---- membership (issue 20): Raft entries, not Machine commands -------------------------------
 
-NODE_ID_CHARS: Final = frozenset(
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
-)
+NODE_ID_CHARS: Final = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 NODE_ID_CHARS_MAX: Final = 64  # the node id rule of the runner config and the Raft wire
 
 
@@ -176,6 +174,7 @@ def check_add_voter(args: Mapping[str, Any]) -> None:
         raise ArgumentError("address", str(err), shape=False) from None
     if is_unspecified_host(parsed.host):
         raise ArgumentError(
-            "address", "must be an address the other voters can dial, not 0.0.0.0 or ::",
+            "address",
+            "must be an address the other voters can dial, not 0.0.0.0 or ::",
             shape=False,
         )

@@ -297,7 +297,6 @@ class RequestDecisions(PacedDispatch):
             reply["evidence"] = self._read(lambda st: ownership.unknown_evidence(st, oid))
         return reply
 
-
     def _after_extended(
         self, action: str, args: dict[str, Any], value: Any
     ) -> dict[str, Any] | None:

@@ -279,9 +279,7 @@ class Simulation:
                     return
                 replica.storage.install_snapshot(ready.snapshot)
                 replica.state = _state_from_checkpoint(ready.snapshot.data)
-                self.checkers.on_snapshot_installed(
-                    replica.id, ready.snapshot.index, replica.state
-                )
+                self.checkers.on_snapshot_installed(replica.id, ready.snapshot.index, replica.state)
                 self.result.snapshots_installed += 1
             if ready.must_persist:
                 replica.storage.persist(
@@ -330,8 +328,8 @@ class Simulation:
         behind = node.applied_index > storage.checkpoint()[0]
         if behind and self.rng.random() < self.checkpoint_rate:
             storage.save_checkpoint(
-                    node.applied_index, _checkpoint_data(node.applied_index, replica.state)
-                )
+                node.applied_index, _checkpoint_data(node.applied_index, replica.state)
+            )
         target = storage.snapshot_index_available() - int(self.trailing_entries)
         if target - node.log.snapshot_index >= self.snapshot_entries:
             term = node.compact(target)

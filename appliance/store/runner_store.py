@@ -81,8 +81,6 @@ VACUUM_STEP_PAGES = 256  # pages given back per reclaim step (1 MiB)
 VACUUM_FREE_PAGES_MIN = 256  # ... once at least this many, and over half the file, are free
 
 
-
-
 def _seed(conn: apsw.Connection) -> None:
     conn.execute(
         "INSERT INTO hard_state (id, term, voted_for, checksum) VALUES (1, 0, NULL, ?)",
@@ -743,7 +741,6 @@ class RunnerStore(OpenedStore):
         free = int(self._db.execute("PRAGMA freelist_count").fetchall()[0][0])
         pages = int(self._db.execute("PRAGMA page_count").fetchall()[0][0])
         return free >= VACUUM_FREE_PAGES_MIN and 2 * free > pages
-
 
     def install_snapshot(self, snapshot: Any) -> None:
         """Replace the checkpoint with a leader's snapshot and drop the whole log above it, in

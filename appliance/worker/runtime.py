@@ -264,6 +264,6 @@ def stop_notice(engine: Engine | None) -> str:
         return "appliance worker: stopping: no execution is running"
     return (
         f"appliance worker: stopping: {stats.running} running and {stats.queued} queued "
-        f"execution(s) are cancelled (recorded cancelled, \"engine shutdown\"); waiting up to "
+        f'execution(s) are cancelled (recorded cancelled, "engine shutdown"); waiting up to '
         f"{ENGINE_SHUTDOWN_SECONDS:g} s for their engine children to be reaped"
     )

@@ -32,9 +32,7 @@ def test_http_and_mcp_follow_an_amendment_of_the_limits() -> None:
     runner = FakeRunner()
     gateway = BoundedCommandQueue()
     consumer = ThreadedConsumer(gateway, runner.handle).start()
-    client = falcon.testing.TestClient(
-        create_management_app(gateway, TOKENS, lambda: in_force[0])
-    )
+    client = falcon.testing.TestClient(create_management_app(gateway, TOKENS, lambda: in_force[0]))
     try:
         over_genesis = catch_up(GENESIS.outstanding + 1)
         body, mcp_headers = call("scheduler_create", {"definition": over_genesis["definition"]})

@@ -224,4 +224,4 @@ def test_an_escape_sequence_in_a_value_or_error_is_escaped() -> None:
         worker,  # type: ignore[arg-type]
     )
     assert "\u001b" not in out
-    assert VALUE_PREFIX + "\"\\u001b[2J\"" in out and "\\x1b[31m" in out
+    assert VALUE_PREFIX + '"\\u001b[2J"' in out and "\\x1b[31m" in out

@@ -114,6 +114,8 @@ def test_w_travels_as_a_query_parameter_and_retired_is_its_own_kind(client) -> N
     assert PATHS[-1] == "/api/scheduled/v1/executions/s1-o1-a1?retained_through=0"
     ANSWER["observe"] = (404, _doc(protocol=1, error={"code": "unknown_execution", "message": "m"}))
     assert client.observe("s1-o1-a1").status is None
+
+
 # ---- the worker's capacity (issue 17, "Paced dispatch") ------------------------------------------
 
 CAPACITY = {"max_concurrent": 2, "max_queued": 2, "free_slots": 0, "queue_room": 1}

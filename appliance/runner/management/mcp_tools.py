@@ -140,8 +140,7 @@ _EXTENSION_FIELDS: Final[Mapping[str, Mapping[str, Any]]] = {
     },
     "catch_up": {
         "type": "boolean",
-        "description": "apply the schedule's missed policy to the span (default false: no "
-        "backlog)",
+        "description": "apply the schedule's missed policy to the span (default false: no backlog)",
     },
     "name": {"type": ["string", "null"], "description": "the new name; null removes it"},
     "start": _INSTANT,
