@@ -34,16 +34,11 @@ FRONT_PER_SLOT: Final = 2  # observed at the front: the next to start, with room
 W = TypeVar("W")
 
 
-def queue_drained(capacity: Capacity | None) -> bool:
-    """A free engine slot: nothing waits in the worker's queue (it fills only behind busy
-    slots), so every execution it accepted before this answer has started."""
-    return capacity is not None and capacity.free_slots > 0
-
-
 def queued_at_worker(capacity: Capacity) -> int:
     """Units in the worker's queue behind its slots: at most that many of its accepted
-    executions have not started (a free slot: none)."""
-    return 0 if queue_drained(capacity) else capacity.max_queued - capacity.queue_room
+    executions have not started. A free slot means none: the queue fills only behind busy
+    slots, so every execution accepted before this answer has started."""
+    return 0 if capacity.free_slots > 0 else capacity.max_queued - capacity.queue_room
 
 
 class QueueView(Generic[W]):

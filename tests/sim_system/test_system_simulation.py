@@ -32,6 +32,7 @@ from appliance.runner import dispatch_outcome, ownership
 from appliance.runner import owner as owner_module
 from appliance.runner.worker_answers import CancelResult
 from appliance.sim.system import checkers, voter, worker_process, world
+from appliance.sim.system.config import liveness_ms_for
 from appliance.sim.system.world import SystemResult, run_system_seed
 from appliance.worker.memory_store import MemoryWorkerStore
 
@@ -121,7 +122,7 @@ def test_the_burst_profile_waits_in_the_engine_queue_and_keeps_every_rule(
 
     monkeypatch.setattr(owner_queue.QueueView, "answer", counted_answer)
     monkeypatch.setattr(owner_queue.QueueView, "leave", counted_leave)
-    options = world.SystemOptions(schedules=4, liveness_ms=4 * world.SystemOptions.liveness_ms)
+    options = world.SystemOptions(schedules=4, liveness_ms=liveness_ms_for(4))
     for seed in range(BURST_SEEDS):
         result = world.SystemSim(seed, options).run()
         assert result.ok, f"seed {seed}: {result.violation} ({_replay(seed)} --schedules 4)"

@@ -14,6 +14,7 @@ import sys
 import time
 from collections import Counter
 
+from appliance.sim.system.config import liveness_ms_for
 from appliance.sim.system.world import SystemOptions, run_system_seed
 
 
@@ -26,8 +27,7 @@ def main(argv: list[str] | None = None) -> int:
         "--liveness-ms",
         type=int,
         default=None,
-        help=f"default {SystemOptions.liveness_ms} per schedule: a burst settles one engine "
-        "slot's worth at a time, retries and re-claims after fences included",
+        help=f"default {SystemOptions.liveness_ms} per schedule (liveness_ms_for)",
     )
     parser.add_argument(
         "--allow-unknown-without-permit",
@@ -58,7 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.CRITICAL)  # the components' own logs; the summary says enough
     options = SystemOptions(
         safety_ms=args.safety_ms,
-        liveness_ms=args.liveness_ms or SystemOptions.liveness_ms * max(1, args.schedules),
+        liveness_ms=liveness_ms_for(args.schedules)
+        if args.liveness_ms is None
+        else args.liveness_ms,
         strict_unknown=not args.allow_unknown_without_permit,
         records=args.records,
         schedules=args.schedules,

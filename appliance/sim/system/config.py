@@ -63,6 +63,12 @@ class SystemOptions:
     schedules: int = 1
 
 
+def liveness_ms_for(schedules: int) -> int:
+    """The liveness phase's default length: a burst settles one engine slot's worth at a time,
+    retries and re-claims after fences included, so it grows with the schedule's copies."""
+    return SystemOptions.liveness_ms * max(1, schedules)
+
+
 def limits_for(options: SystemOptions) -> Limits:
     if not options.records:
         return LIMITS
