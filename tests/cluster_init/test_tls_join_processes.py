@@ -4,7 +4,11 @@ learner, is promoted, and takes part when the leader is removed; every slot stil
 
 This is the TLS side of tests/runner/test_membership_processes.py: the cluster listeners admit
 the new member's certificate (any node id the CA named), and every voter dials it at the address
-the committed configuration carries, checking that its certificate names it."""
+the committed configuration carries, checking that its certificate names it.
+
+The demo schedule's ``Skip`` becomes the runner tests' catch-up policy: ``Skip`` rightly drops a
+slot whose leader change outlasts its 5 s grace window, and "every slot still runs once" needs a
+policy that keeps it."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from typing import Any
 import pytest
 
 from appliance.cluster_init.layout import PORT_SPAN
-from tests.runner.cluster import FAST_RAFT, Voter, wait_for
+from tests.runner.cluster import DEMO, FAST_RAFT, Voter, wait_for
 
 from .conftest import cluster_init, read_env_file
 from .processes import free_port_block, start_worker, stop_cluster
@@ -74,6 +78,8 @@ def test_a_tls_cluster_adds_a_voter_of_the_same_ca_and_removes_its_leader(
         config = out / f"{node_id}.json"
         doc = json.loads(config.read_text())
         doc["raft"] = FAST_RAFT  # per node, outside the contract: faster failover for the test
+        if "schedules" in doc:
+            doc["schedules"] = [DEMO]  # the same genesis on every founding voter
         config.write_text(json.dumps(doc))
         voters[node_id] = Voter(node_id, config, out / f"{node_id}.log", TIME_SCALE)
     joiner_doc = json.loads((out / "voter-4.json").read_text())
