@@ -121,6 +121,8 @@ def test_a_tls_cluster_adds_a_voter_of_the_same_ca_and_removes_its_leader(
         due = sorted(per_slot)
         assert due == list(range(due[0], due[-1] + SLOT_S, SLOT_S)), "a slot was lost"
         assert not [o for o in records if o["state"] == "Unknown"], records
+        schedule = owner.command({"action": "list"})["schedules"][0]
+        assert schedule["dropped"] == {"missed": 0, "overlap": 0, "capacity": 0}, schedule
         status = owner.command({"action": "status"})
         assert sorted(status["configuration"]["voters"]) == sorted(
             {"voter-1", "voter-2", "voter-3", "voter-4"} - {removed.node_id}
