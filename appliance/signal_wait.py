@@ -13,12 +13,16 @@ in slices, and a pending handler runs within ``POLL_S``.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 POLL_S = 0.5
 
 
-def wait_for_stop(stop: threading.Event, poll_s: float = POLL_S) -> None:
+def wait_for_stop(
+    stop: threading.Event, poll_s: float = POLL_S, between: Callable[[], None] | None = None
+) -> None:
     """Return once ``stop`` is set; pending signal handlers get to run at least every
-    ``poll_s``."""
+    ``poll_s``, and so does ``between`` (work a handler asked for, done outside the handler)."""
     while not stop.wait(poll_s):
-        pass
+        if between is not None:
+            between()

@@ -54,8 +54,8 @@ def run_join(args: argparse.Namespace) -> int:
         f"  1. start it:  {app} runner {cluster_dir / files.config_name}\n"
         f"  2. add it:    {app} admin add-voter {files.node_id} {files.cluster_addr} {addrs}\n"
         f"  3. promote:   {app} admin promote-voter {files.node_id} --wait-s 60 {addrs}\n"
-        f"  and add {scheme}://{admission} to the worker's admission_urls (restart the worker "
-        "when no attempt is running) so it can ask this node for permits once it leads"
+        f"  and add {scheme}://{admission} to the worker's admission_urls, then send the worker "
+        "SIGHUP (it reloads that list only), so it can ask this node for permits once it leads"
     )
     return EXIT_OK
 

@@ -18,12 +18,17 @@ The pass starts at the URL that last answered as the owner (anything but 409 or 
 failure) and goes round the configured order from there: the owner rarely changes, and each 409
 of a voter that is not the owner costs a round trip on the launch path. Which URL comes first
 changes nothing above: the same answers move on, and each URL is still asked at most once.
+
+The list can be replaced while the worker runs (``replace_urls``, on SIGHUP: docs/worker.md): a
+pass already under way finishes over the list it started with, and the next pass uses the new
+one, starting at the same owner's URL when the new list still holds it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Generator
 from typing import Any, Final
 
@@ -64,11 +69,32 @@ class AdmissionClient:
         self._connect_timeout_ms = connect_timeout_ms
         self._read_timeout_ms = read_timeout_ms
         self._first = 0  # index of the URL that last answered as the owner
+        self._lock = threading.Lock()  # ``_urls`` and ``_first`` change together
+
+    @property
+    def urls(self) -> tuple[Origin, ...]:
+        return self._urls
+
+    def replace_urls(self, urls: tuple[Origin, ...]) -> None:
+        """Use ``urls`` from the next pass on, keeping the owner's URL first if it is listed."""
+        if not urls:
+            raise ValueError("at least one admission URL is required")
+        with self._lock:
+            owner = self._urls[self._first] if self._first < len(self._urls) else None
+            self._first = urls.index(owner) if owner in urls else 0
+            self._urls = urls
 
     def _order(self) -> tuple[tuple[int, Origin], ...]:
-        first = self._first
-        indexed = tuple(enumerate(self._urls))
+        with self._lock:
+            first, urls = self._first, self._urls
+        indexed = tuple(enumerate(urls))
         return indexed[first:] + indexed[:first]
+
+    def _answered_as_owner(self, index: int, origin: Origin) -> None:
+        """Ask ``origin`` first next time, unless the list was replaced under this pass."""
+        with self._lock:
+            if index < len(self._urls) and self._urls[index] == origin:
+                self._first = index
 
     def request_permit(self, binding: Binding, document: dict[str, Any]) -> AdmissionResult:
         """One pass over the URLs for ``binding``; ``document`` is the binding as received."""
@@ -128,7 +154,7 @@ class AdmissionClient:
             if reply.status == 409:
                 attempts.append(Attempt(origin.url, "409", _error_code(reply)))
                 continue
-            self._first = index  # this voter answered as the owner: ask it first next time
+            self._answered_as_owner(index, origin)  # ask this voter first next time
             return self._judge(origin, binding, reply, attempts)
         return AdmissionResult(
             "unavailable",

@@ -11,14 +11,18 @@ Theory of operation, start-up in this order (each step fails closed with a clear
 5. start the engine (children are recorded durably before they can run anything), the service
    and the HTTP listener; print one JSON line ``{"event": "ready", ...}`` on stdout.
 
-SIGTERM/SIGINT stop the listener first (no new work), then the engine (running executions are
-cancelled and their children reaped, recorded as ``cancelled``/"engine shutdown"), then the
-store. With ``metrics_addr`` a second loopback listener serves ``GET /metrics`` (worker bearer;
-appliance.worker.metrics_routes): engine outcomes, pool pressure and store sizes.
+SIGHUP reads the config file again and takes a changed ``admission_urls``
+(appliance.worker.reload: only that field; a file that changes another, or does not validate, is
+refused and logged, and the worker keeps the list it had). SIGTERM/SIGINT stop the listener first
+(no new work), then the engine (running executions are cancelled and their children reaped,
+recorded as ``cancelled``/"engine shutdown"), then the store. With ``metrics_addr`` a second
+loopback listener serves ``GET /metrics`` (worker bearer; appliance.worker.metrics_routes): engine
+outcomes, pool pressure and store sizes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -29,7 +33,8 @@ from dataclasses import dataclass
 from typing import Final, TextIO
 
 from appliance.config.credentials import WorkerCredentials, resolve_worker_credentials
-from appliance.config.worker import WorkerConfig, load_worker_config
+from appliance.config.urls import Origin
+from appliance.config.worker import WORKER_CONFIG_ENV, WorkerConfig, load_worker_config
 from appliance.core.errors import InvalidConfig
 from appliance.engine import Engine, SystemClock, kill_recorded_children
 from appliance.engine.clock import Clock
@@ -43,6 +48,7 @@ from appliance.worker.admission import AdmissionClient
 from appliance.worker.child_pids import ChildPidFile
 from appliance.worker.crash import CrashHook
 from appliance.worker.metrics_routes import METRICS_BODY_BYTES_MAX, create_worker_metrics_app
+from appliance.worker.reload import reloaded_admission_urls
 from appliance.worker.routes import BODY_BYTES_MAX, create_worker_app
 from appliance.worker.service import WorkerService, now_ms_of
 
@@ -98,6 +104,7 @@ class Worker:
         self.metrics = WorkerMetrics()
         self.metrics_server: HttpServer | None = None
         self._client: HttpClient | None = None
+        self._admission: AdmissionClient | None = None
         self.lost: list[str] = []
         self.killed_children: list[int] = []
 
@@ -139,7 +146,7 @@ class Worker:
         self._client = HttpClient(
             idle_connections_per_origin_max=0, ssl_context=origin_client_context(config.tls)
         )
-        admission = AdmissionClient(
+        admission = self._admission = AdmissionClient(
             config.admission_urls,
             self.settings.credentials.admission,
             store.incarnation_id,
@@ -178,6 +185,37 @@ class Worker:
                 ssl_context=plain_listener_context(config.tls),
             ).start()
 
+    def reload(self, environ: Mapping[str, str], config_path: str | None) -> bool:
+        """SIGHUP: take ``admission_urls`` from the config file again; True when it was taken
+        (changed or not). Anything else is logged and changes nothing."""
+        if config_path is None:
+            log.warning(
+                "SIGHUP: the config came from %s, not from a file: nothing to reload",
+                WORKER_CONFIG_ENV,
+            )
+            return False
+        if self._admission is None:
+            return False
+        try:
+            fresh = load_settings(environ, config_path)
+            urls = reloaded_admission_urls(self.settings.config, fresh.config)
+        except InvalidConfig as exc:
+            for path, message in exc.problems:
+                log.warning("SIGHUP: config not reloaded: %s: %s", path, message)
+            return False
+        before = self._admission.urls
+        self._admission.replace_urls(urls)
+        self.settings = dataclasses.replace(self.settings, config=fresh.config)
+        if urls == before:
+            log.info("SIGHUP: config reloaded, admission_urls unchanged")
+        else:
+            log.info(
+                "SIGHUP: admission_urls reloaded: %s (were %s)",
+                _urls_text(urls),
+                _urls_text(before),
+            )
+        return True
+
     def stop(self) -> None:
         """Listener, engine, admission client, store, in that order. A step that fails is logged
         and the next ones still run: a listener that would not stop must not leave the engine's
@@ -197,6 +235,10 @@ class Worker:
         if self.store is not None:
             store, self.store = self.store, None
             _stop_step("the store", store.close)
+
+
+def _urls_text(urls: tuple[Origin, ...]) -> str:
+    return ", ".join(origin.url for origin in urls)
 
 
 def _shut_engine_down(engine: Engine) -> None:
@@ -227,6 +269,9 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    # The handler only asks; the main thread reloads between its waits, not inside a handler.
+    reload_asked = threading.Event()
+    signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     worker = Worker(settings)
     try:
         worker.start()
@@ -248,7 +293,13 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
             "killed_children": worker.killed_children,
         }
         print(json.dumps(ready), file=out, flush=True)
-        wait_for_stop(stop)
+
+        def between_waits() -> None:
+            if reload_asked.is_set():
+                reload_asked.clear()
+                worker.reload(environ, config_path)
+
+        wait_for_stop(stop, between=between_waits)
         print(stop_notice(worker.engine), file=sys.stderr, flush=True)
     finally:
         worker.stop()

@@ -1,0 +1,191 @@
+"""SIGHUP reloads the worker's ``admission_urls`` and nothing else (appliance.worker.reload).
+
+A voter added to the cluster can become the owner; the worker must be able to ask it for permits
+without a restart that cancels its running executions. The rule, then the client's list swap, then
+a real worker process taking a new list on SIGHUP, refusing a file that changes anything else,
+and going on with its old list when the new file does not validate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from appliance.config.addresses import HostPort
+from appliance.config.credentials import Secret
+from appliance.config.urls import parse_origin
+from appliance.config.worker import parse_worker_config
+from appliance.core.errors import InvalidConfig
+from appliance.http import HttpClient
+from appliance.worker.admission import AdmissionClient
+from appliance.worker.reload import reloaded_admission_urls
+from appliance.worker.wire import parse_exec
+from tests.support import wait_for
+from tests.worker.peers import (
+    ADMISSION_TOKEN,
+    AdmissionPeer,
+    WorkerProcess,
+    closed_port,
+    exec_body,
+    execution_id,
+    running_worker,
+)
+
+INCARNATION = "incarnation-reload-1"
+CONFIG: dict[str, Any] = {
+    "namespace": "ns",
+    "worker_id": "w1",
+    "data_dir": "/tmp/unused",
+    "bearer_env": "W_TOKEN",
+    "admission_bearer_env": "A_TOKEN",
+    "admission_urls": ["http://127.0.0.1:4501"],
+    "listen_addr": "127.0.0.1:4600",
+}
+
+
+def _config(**changes: Any):
+    return parse_worker_config({**CONFIG, **changes})
+
+
+def test_a_file_that_changes_only_admission_urls_gives_its_urls() -> None:
+    urls = ["http://127.0.0.1:4502", "http://127.0.0.1:4501"]
+    taken = reloaded_admission_urls(_config(), _config(admission_urls=urls))
+    assert [origin.url for origin in taken] == urls
+    assert reloaded_admission_urls(_config(), _config()) == _config().admission_urls
+
+
+def test_a_file_that_changes_any_other_field_is_refused_naming_each_one() -> None:
+    fresh = _config(
+        admission_urls=["http://127.0.0.1:4502"],
+        listen_addr="127.0.0.1:4601",
+        engine={"max_concurrent": 8},
+    )
+    with pytest.raises(InvalidConfig) as caught:
+        reloaded_admission_urls(_config(), fresh)
+    named = [path for path, _ in caught.value.problems]
+    assert named == ["listen_addr", "engine"]
+    assert all("restart the worker" in message for _, message in caught.value.problems)
+
+
+def test_every_field_but_admission_urls_is_compared() -> None:
+    """A field added to WorkerConfig later is refused on reload until it is made reloadable."""
+    base = _config()
+    for field in dataclasses.fields(base):
+        if field.name == "admission_urls":
+            continue
+        value = getattr(base, field.name)
+        other = HostPort("127.0.0.1", 4999) if field.name.endswith("addr") else f"{value}x"
+        with pytest.raises(InvalidConfig) as caught:
+            reloaded_admission_urls(base, dataclasses.replace(base, **{field.name: other}))
+        assert [path for path, _ in caught.value.problems] == [field.name]
+
+
+@pytest.fixture
+def peers() -> Iterator[Callable[[str], AdmissionPeer]]:
+    started: list[AdmissionPeer] = []
+
+    def start(mode: str) -> AdmissionPeer:
+        peer = AdmissionPeer(mode)
+        started.append(peer)
+        return peer
+
+    yield start
+    for peer in started:
+        peer.close()
+
+
+def _permit_urls(admission: AdmissionClient, occurrence_id: int) -> list[str]:
+    request = parse_exec(exec_body("1", occurrence_id=occurrence_id))
+    result = admission.request_permit(request.binding, request.document)
+    assert result.kind == "granted", result
+    return [attempt.url for attempt in result.attempts]
+
+
+def test_a_replaced_list_is_used_from_the_next_pass_keeping_the_owner_first(peers) -> None:
+    not_owner, owner, added = peers("409"), peers("grant"), peers("409")
+    client = HttpClient(read_timeout_ms=5_000)
+    try:
+        admission = AdmissionClient(
+            (parse_origin(not_owner.url), parse_origin(owner.url)),
+            Secret(ADMISSION_TOKEN),
+            INCARNATION,
+            client,
+        )
+        assert _permit_urls(admission, 1) == [not_owner.url, owner.url]
+        admission.replace_urls(tuple(parse_origin(p.url) for p in (added, not_owner, owner)))
+        assert _permit_urls(admission, 2) == [owner.url]  # the owner is still asked first
+        owner.mode, added.mode = "409", "grant"  # the added voter took over
+        assert _permit_urls(admission, 3) == [owner.url, added.url]
+        admission.replace_urls((parse_origin(added.url),))  # the owner's URL is gone: start at 0
+        assert _permit_urls(admission, 4) == [added.url]
+        with pytest.raises(ValueError):
+            admission.replace_urls(())
+        assert [o.url for o in admission.urls] == [added.url]
+    finally:
+        client.close()
+
+
+def test_a_pass_under_way_finishes_over_the_list_it_started_with(peers) -> None:
+    first, second, replacement = peers("409"), peers("grant"), peers("grant")
+    client = HttpClient(read_timeout_ms=5_000)
+    try:
+        admission = AdmissionClient(
+            (parse_origin(first.url), parse_origin(second.url)),
+            Secret(ADMISSION_TOKEN),
+            INCARNATION,
+            client,
+        )
+        request = parse_exec(exec_body("1", occurrence_id=1))
+        steps = admission.permit_pass(request.binding, request.document)
+        url, body = next(steps)
+        assert url.startswith(first.url)
+        admission.replace_urls((parse_origin(replacement.url),))
+        reply = client.post(url, body, bearer=Secret(ADMISSION_TOKEN))  # ``first`` answers 409
+        url, _ = steps.send(reply)
+        assert url.startswith(second.url)  # the old list's next entry, as when the pass began
+        assert replacement.requests == []
+    finally:
+        client.close()
+
+
+def _write(worker: WorkerProcess, doc: dict[str, Any], **changes: Any) -> None:
+    worker.config_path.write_text(json.dumps({**doc, **changes}))
+
+
+def _hup_and_wait(worker: WorkerProcess, said: str) -> None:
+    before = worker.log().count(said)
+    worker.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: worker.log().count(said) > before or None, f"the worker logs {said!r}", 15)
+
+
+def test_a_running_worker_takes_new_admission_urls_on_sighup(tmp_path: Path, peers) -> None:
+    owner = peers("grant")
+    with running_worker(tmp_path, [f"http://127.0.0.1:{closed_port()}"]) as worker:
+        original = json.loads(worker.config_path.read_text())
+        answer = worker.exec(exec_body("1", occurrence_id=1))
+        assert answer.status == 503
+        assert answer.json()["error"]["code"] == "admission_unavailable"
+
+        # A file that also changes the engine is refused whole: the old list stays.
+        _write(worker, original, admission_urls=[owner.url], engine={"max_concurrent": 3})
+        _hup_and_wait(worker, "SIGHUP: config not reloaded: engine: changed")
+        assert worker.exec(exec_body("1", occurrence_id=2)).status == 503
+        # So is a file that does not validate.
+        worker.config_path.write_text("{not json")
+        _hup_and_wait(worker, "SIGHUP: config not reloaded")
+        assert worker.exec(exec_body("1", occurrence_id=3)).status == 503
+        assert owner.requests == []
+
+        _write(worker, original, admission_urls=[owner.url])
+        _hup_and_wait(worker, f"SIGHUP: admission_urls reloaded: {owner.url} (were http://")
+        assert worker.exec(exec_body("1", occurrence_id=4)).status == 202
+        assert worker.wait_terminal(execution_id(4))["status"] == "completed"
+        assert len(owner.requests) == 1
+        _hup_and_wait(worker, "SIGHUP: config reloaded, admission_urls unchanged")
+        assert worker.proc.poll() is None  # SIGHUP reloads; it does not end the process
