@@ -6,7 +6,6 @@ rules are shown end to end through a real worker process.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,6 @@ from appliance.worker.admission import AdmissionClient
 from appliance.worker.wire import parse_exec
 from tests.worker.peers import (
     ADMISSION_TOKEN,
-    AdmissionPeer,
     closed_port,
     exec_body,
     execution_id,
@@ -26,20 +24,6 @@ from tests.worker.peers import (
 )
 
 INCARNATION = "incarnation-test-1"
-
-
-@pytest.fixture
-def peers() -> Iterator[Callable[[str], AdmissionPeer]]:
-    started: list[AdmissionPeer] = []
-
-    def start(mode: str) -> AdmissionPeer:
-        peer = AdmissionPeer(mode)
-        started.append(peer)
-        return peer
-
-    yield start
-    for peer in started:
-        peer.close()
 
 
 def ask(urls: list[str], occurrence_id: int = 1):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import signal
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,18 +85,9 @@ def test_every_field_but_admission_urls_is_compared() -> None:
         assert [path for path, _ in caught.value.problems] == [field.name]
 
 
-@pytest.fixture
-def peers() -> Iterator[Callable[[str], AdmissionPeer]]:
-    started: list[AdmissionPeer] = []
-
-    def start(mode: str) -> AdmissionPeer:
-        peer = AdmissionPeer(mode)
-        started.append(peer)
-        return peer
-
-    yield start
-    for peer in started:
-        peer.close()
+def _admission(client: HttpClient, *peers: AdmissionPeer) -> AdmissionClient:
+    urls = tuple(parse_origin(peer.url) for peer in peers)
+    return AdmissionClient(urls, Secret(ADMISSION_TOKEN), INCARNATION, client)
 
 
 def _permit_urls(admission: AdmissionClient, occurrence_id: int) -> list[str]:
@@ -111,12 +101,7 @@ def test_a_replaced_list_is_used_from_the_next_pass_keeping_the_owner_first(peer
     not_owner, owner, added = peers("409"), peers("grant"), peers("409")
     client = HttpClient(read_timeout_ms=5_000)
     try:
-        admission = AdmissionClient(
-            (parse_origin(not_owner.url), parse_origin(owner.url)),
-            Secret(ADMISSION_TOKEN),
-            INCARNATION,
-            client,
-        )
+        admission = _admission(client, not_owner, owner)
         assert _permit_urls(admission, 1) == [not_owner.url, owner.url]
         admission.replace_urls(tuple(parse_origin(p.url) for p in (added, not_owner, owner)))
         assert _permit_urls(admission, 2) == [owner.url]  # the owner is still asked first
@@ -135,12 +120,7 @@ def test_a_pass_under_way_finishes_over_the_list_it_started_with(peers) -> None:
     first, second, replacement = peers("409"), peers("grant"), peers("grant")
     client = HttpClient(read_timeout_ms=5_000)
     try:
-        admission = AdmissionClient(
-            (parse_origin(first.url), parse_origin(second.url)),
-            Secret(ADMISSION_TOKEN),
-            INCARNATION,
-            client,
-        )
+        admission = _admission(client, first, second)
         request = parse_exec(exec_body("1", occurrence_id=1))
         steps = admission.permit_pass(request.binding, request.document)
         url, body = next(steps)
