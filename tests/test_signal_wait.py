@@ -11,9 +11,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
+
+from appliance.signal_wait import wait_for_stop
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +68,17 @@ def test_an_untimed_wait_would_not_wake_for_it() -> None:
     finally:
         child.kill()
         child.wait(10)
+
+
+def test_between_runs_after_each_slice_until_the_stop() -> None:
+    """``between`` is where a handler's request (the worker's SIGHUP reload) is carried out."""
+    stop = threading.Event()
+    calls: list[int] = []
+
+    def between() -> None:
+        calls.append(len(calls))
+        if len(calls) == 3:
+            stop.set()
+
+    wait_for_stop(stop, poll_s=0.001, between=between)
+    assert calls == [0, 1, 2]  # never called again once the stop is set
