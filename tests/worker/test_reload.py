@@ -24,6 +24,7 @@ from appliance.core.errors import InvalidConfig
 from appliance.http import HttpClient
 from appliance.worker.admission import AdmissionClient
 from appliance.worker.reload import reloaded_admission_urls
+from appliance.worker.runtime import Worker, load_settings
 from appliance.worker.wire import parse_exec
 from tests.support import wait_for
 from tests.worker.peers import (
@@ -83,6 +84,20 @@ def test_every_field_but_admission_urls_is_compared() -> None:
         with pytest.raises(InvalidConfig) as caught:
             reloaded_admission_urls(base, dataclasses.replace(base, **{field.name: other}))
         assert [path for path, _ in caught.value.problems] == [field.name]
+
+
+def test_a_worker_configured_from_the_environment_has_no_file_to_reload(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    environ = {
+        "MCP_SCHEDULED_WORKER_CONFIG": json.dumps(CONFIG),
+        "W_TOKEN": "worker-token-for-the-reload-test",
+        "A_TOKEN": "admission-token-for-the-reload-test",
+    }
+    worker = Worker(load_settings(environ, None))
+    with caplog.at_level("WARNING", logger="appliance.worker"):
+        assert worker.reload(environ, None) is False
+    assert "came from MCP_SCHEDULED_WORKER_CONFIG, not from a file" in caplog.text
 
 
 def _admission(client: HttpClient, *peers: AdmissionPeer) -> AdmissionClient:
