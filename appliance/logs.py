@@ -61,7 +61,7 @@ EVENTS: Final[Mapping[str, tuple[str, ...]]] = {
     "dispatch_accepted": ("occurrence", "attempt", "execution_id", "late_ms"),
     "dispatch_not_dispatched": ("occurrence", "attempt", "sends", "delay_s"),
     "dispatch_retired": ("occurrence", "attempt", "detail"),
-    # Paced dispatch (appliance/runner/owner_pacing.py).
+    # Paced dispatch (appliance/owner/pacing.py).
     "capacity_wait": ("occurrence", "attempt", "waiting", "in_flight", "window"),
     "capacity_send": ("occurrence", "attempt", "waiting", "late_ms"),
     "capacity_wait_noted": ("asked", "noted", "outcome"),

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from appliance.config.addresses import HostPort
 from appliance.http import HttpClient
-from appliance.runner.management import (
+from appliance.management import (
     BoundedCommandQueue,
     ManagementListener,
     ThreadedConsumer,

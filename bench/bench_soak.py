@@ -58,7 +58,7 @@ from tests.etcd.members import fresh_prefix
 from tests.runner.cluster import Cluster
 
 TIMEOUT_SECONDS = 1  # the grant's engine timeout (real seconds)
-OBSERVE_GRACE_S = 30  # appliance/runner/owner_attempts.py (wall seconds)
+OBSERVE_GRACE_S = 30  # appliance/owner/attempts.py (wall seconds)
 MINUTES_PER_YEAR = 525_600
 RULE_FACTOR = 1.1
 AT_FRACTION = 0.3

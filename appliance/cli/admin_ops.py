@@ -46,7 +46,7 @@ from appliance.cli.admin_endpoints import (
 from appliance.cli.admin_text import BadZone, Column, escape, fit_table, iso_time, zone
 from appliance.config.loopback import ENV_NAMES
 from appliance.http import AmbiguousSend, ConnectFailed, HttpClient
-from appliance.runner.report_text import retry_note
+from appliance.owner.report_text import retry_note
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1

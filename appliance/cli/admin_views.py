@@ -19,7 +19,7 @@ from typing import Any, Final
 from appliance.cli.admin_text import Column, fit_table, iso_time
 from appliance.core.calendar import compile_schedule
 from appliance.core.errors import InvalidSchedule
-from appliance.runner.report_text import retry_note
+from appliance.owner.report_text import retry_note
 
 LIVE_STATES: Final = frozenset({"Pending", "Running", "Cancelling"})
 STATES: Final = (

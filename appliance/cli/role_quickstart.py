@@ -7,11 +7,11 @@ import sys
 
 from appliance.cli.role_runner import time_scale_arg
 
-DEFAULT_DATA_DIR = None  # kept equal to appliance.runner.quickstart's: resolved there
+DEFAULT_DATA_DIR = None  # kept equal to appliance.quickstart.run's: resolved there
 
 
 def run(args: argparse.Namespace) -> int:
-    from appliance.runner.quickstart import run_quickstart  # keep `appliance --help` light
+    from appliance.quickstart.run import run_quickstart  # keep `appliance --help` light
 
     return run_quickstart(
         args.data_dir, sys.stdin, sys.stdout, time_scale=args.time_scale, stderr=sys.stderr

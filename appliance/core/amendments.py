@@ -28,7 +28,7 @@ a limits amendment simply rewrites it (and ``history`` records it).
 
 The part ``contract/amended`` keeps the index, the values in force and the last
 ``HISTORY_MAX`` amendments (kind, instant, what changed): a voter restarted with a config equal
-to any of those committed states is accepted (appliance/runner/contract_state.py). An older binary
+to any of those committed states is accepted (appliance/owner/contract_state.py). An older binary
 cannot decode the part, so while it exists the store's minimum reader version is
 ``READER_VERSION_AMENDED`` (appliance/runner/machine.py).
 

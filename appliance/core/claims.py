@@ -8,7 +8,7 @@ waits ("``Queue`` is FIFO with one active occurrence per schedule"; ``Skip`` nev
 one live record, so the same test holds). Three places ask, each from its own view of the state:
 the apply of ``ClaimOccurrence`` (appliance/core/policy_apply.py), the claims folded into an
 observation (appliance/core/observe_claim.py) and the owner's planning (:func:`claimable`, used by
-appliance/runner/owner.py). They compute the inputs; this module decides.
+appliance/owner/owner.py). They compute the inputs; this module decides.
 """
 
 from __future__ import annotations

@@ -129,7 +129,7 @@ class RunnerMetrics:
             ["outcome"],
             registry=self.registry,
         )
-        # Paced dispatch (appliance/runner/owner_pacing.py): claimed attempts held back until
+        # Paced dispatch (appliance/owner/pacing.py): claimed attempts held back until
         # the worker has room; a wait is never an Unknown and never a drop.
         self.capacity_waits = Counter(
             "appliance_dispatch_capacity_waits",

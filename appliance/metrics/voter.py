@@ -27,16 +27,16 @@ from appliance.metrics.health import HealthInputs, WorkerView, health_document
 from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
 from appliance.metrics.voters import VoterProbe
+from appliance.owner.binding import execution_id
+from appliance.owner.binding import execution_id as execution_id_of
+from appliance.owner.contract_state import remote_in_force
 from appliance.protocol.v1 import EXECUTIONS_PREFIX
-from appliance.runner.attempt_report import (
+from appliance.quickstart.attempt_report import (
     OUTPUT_BYTES_MAX,
     attempt_of,
     attempt_report,
     occurrence_extras,
 )
-from appliance.runner.binding import execution_id
-from appliance.runner.binding import execution_id as execution_id_of
-from appliance.runner.contract_state import remote_in_force
 from appliance.secret import Secret
 
 T = TypeVar("T")
@@ -96,7 +96,7 @@ class RunnerReader:
 
     def remote_in_force(self) -> Any:
         """The remote of the contract in force: the genesis with the committed amendments (a
-        renewed grant), never the config file's (appliance/runner/contract_state.py)."""
+        renewed grant), never the config file's (appliance/owner/contract_state.py)."""
         genesis = self._runner.cfg.remote
         return self._runner.machine.read(lambda st: remote_in_force(genesis, st))
 

@@ -32,7 +32,7 @@ from appliance.config.urls import parse_origin
 from appliance.core.amendments import CONTRACT_PART
 from appliance.core.canonical import canonical_digest
 from appliance.core.limits import Limits
-from appliance.runner.contract_state import committed_contracts, differing_fields
+from appliance.owner.contract_state import committed_contracts, differing_fields
 from appliance.store import schema
 from appliance.store.readonly import open_readonly
 from appliance.store.versions import RUNNER_FILE_NAME

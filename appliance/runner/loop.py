@@ -2,7 +2,7 @@
 
 Theory of operation (SPEC §2 "One serialized runner loop")
 ---------------------------------------------------------
-Every decision is the owner core's (appliance/runner/owner.py); this module only moves events in
+Every decision is the owner core's (appliance/owner/owner.py); this module only moves events in
 and effects out. One bounded queue, one consumer thread that alone calls ``Owner.handle``. Into
 the queue go: leadership changes (from the replication layer), operator commands, admission
 requests, and the answers of background work — proposals and read barriers (on the proposer
@@ -31,20 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from appliance.clock import RunnerClock
+from appliance.commands.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.config.runner import RunnerConfig
-from appliance.replication.base import Leadership, NotLeader, ProposalLost
-from appliance.runner import ownership
-from appliance.runner.applied import Accepted, Refused
-from appliance.runner.logs import DecisionLog
-from appliance.runner.machine import Machine, encode_command
-from appliance.runner.membership_commands import (
-    MEMBERSHIP_ACTIONS,
-    configuration_view,
-    membership_reply,
-)
-from appliance.runner.operator import MUTATIONS, OperatorCommand, error_reply
-from appliance.runner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
-from appliance.runner.owner_events import (
+from appliance.owner import ownership
+from appliance.owner.applied import Accepted, Refused
+from appliance.owner.events import (
     AdmissionRequest,
     BarrierDone,
     CancelAnswered,
@@ -72,8 +63,17 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.owner_requests import list_reply
-from appliance.runner.owner_serial import Gate
+from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
+from appliance.owner.requests import list_reply
+from appliance.owner.serial import Gate
+from appliance.replication.base import Leadership, NotLeader, ProposalLost
+from appliance.runner.logs import DecisionLog
+from appliance.runner.machine import Machine, encode_command
+from appliance.runner.membership_commands import (
+    MEMBERSHIP_ACTIONS,
+    configuration_view,
+    membership_reply,
+)
 from appliance.runner.worker_client import WorkerClient
 
 __all__ = ["OBSERVE_GRACE_S", "Runner"]

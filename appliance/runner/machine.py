@@ -35,7 +35,7 @@ from appliance.capabilities import BINARY_VERSION, command_kinds
 from appliance.core import state as core
 from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
-from appliance.runner.applied import Accepted, NotYetApplicable, Refused
+from appliance.owner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import (

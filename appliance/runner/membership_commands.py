@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from appliance.commands.operator import OperatorCommand, error_reply
+from appliance.commands.table import COMMANDS, MEMBERSHIP_ACTIONS
 from appliance.raft.driver import Overloaded
 from appliance.raft.errors import NotLeader, ProposalRefused
-from appliance.runner.command_table import COMMANDS, MEMBERSHIP_ACTIONS
-from appliance.runner.operator import OperatorCommand, error_reply
 
 __all__ = ["MEMBERSHIP_ACTIONS", "configuration_view", "membership_reply"]
 

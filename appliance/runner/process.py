@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
 from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
+from appliance.commands.operator import OperatorError, parse_operator
 from appliance.config.addresses import HostPort
 from appliance.config.contract import contract_digest
 from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
@@ -41,16 +42,15 @@ from appliance.core.errors import InvalidConfig
 from appliance.http.tls import listener_context, origin_client_context
 from appliance.logs import log_stream
 from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
+from appliance.owner.contract_state import remote_in_force
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
 from appliance.runner.admission import admission_server
 from appliance.runner.contract_startup import ContractConflict, genesis_config, startup_contract
-from appliance.runner.contract_state import remote_in_force
 from appliance.runner.drain_notice import drain_notice, open_occurrences
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
 from appliance.runner.machine import Machine
-from appliance.runner.operator import OperatorError, parse_operator
 from appliance.runner.worker_client import WorkerClient
 from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError
@@ -173,7 +173,7 @@ class RunnerProcess:
         )
         self.management: Any = None
         if cfg.management is not None:
-            from appliance.runner.management.wiring import ManagementService
+            from appliance.management.wiring import ManagementService
 
             self.management = ManagementService(
                 cfg,

@@ -30,6 +30,14 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.http.client import AmbiguousSend, ConnectFailed, HttpClient
+from appliance.owner.dispatch_outcome import NOT_DISPATCHED_CODES
+from appliance.owner.worker_answers import (
+    CancelResult,
+    Capacity,
+    ExecResult,
+    ObserveResult,
+    capacity_of,
+)
 from appliance.protocol.v1 import (
     CANCEL_PATH,
     EXEC_PATH,
@@ -38,14 +46,6 @@ from appliance.protocol.v1 import (
     retained_through_text,
 )
 from appliance.protocol.v1 import EXECUTIONS_PREFIX as EXECUTIONS_PATH
-from appliance.runner.dispatch_outcome import NOT_DISPATCHED_CODES
-from appliance.runner.worker_answers import (
-    CancelResult,
-    Capacity,
-    ExecResult,
-    ObserveResult,
-    capacity_of,
-)
 from appliance.secret import Secret
 
 RESPONSE_BYTES_MAX: Final = 512 * 1024

@@ -18,7 +18,7 @@ from appliance.runner.worker_client import ObserveResult
 from tests.runner.harness import T0, Voter, config, definition, wait_until
 
 TIMEOUT_S = 5
-GRACE_S = 30  # appliance.runner.owner_attempts.OBSERVE_GRACE_S
+GRACE_S = 30  # appliance.owner.attempts.OBSERVE_GRACE_S
 
 
 def test_unknown_after_the_observation_deadline_resolves_to_a_later_confirmed_outcome() -> None:

@@ -17,14 +17,14 @@ from typing import Any
 import pytest
 
 from appliance.cli.main import build_parser, main
+from appliance.commands.table import ADMIN_ACTIONS
 from appliance.config.addresses import is_loopback_host, parse_host_port
 from appliance.config.runner import parse_runner_config
 from appliance.config.worker import parse_worker_config
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError, InvalidConfig
 from appliance.core.limits import Limits, parse_limits
-from appliance.runner.command_table import ADMIN_ACTIONS
-from appliance.runner.management.commands import Refused, check_command
+from appliance.management.commands import Refused, check_command
 
 from . import doccheck
 
@@ -144,7 +144,7 @@ def test_the_guide_quotes_every_role_and_admin_tool() -> None:
 
 
 def test_the_guide_shows_every_command_of_the_table_as_a_checked_example() -> None:
-    from appliance.runner.command_table import COMMANDS
+    from appliance.commands.table import COMMANDS
 
     shown = {
         document["action"]

@@ -15,9 +15,9 @@ from prometheus_client import CollectorRegistry
 from appliance.config.credentials import Secret
 from appliance.config.runner import Limits
 from appliance.http.server import HttpServer
+from appliance.management.app import create_management_app
 from appliance.raft.transport import create_raft_app
 from appliance.runner.admission import create_admission_app
-from appliance.runner.management.app import create_management_app
 from appliance.worker.metrics_routes import create_worker_metrics_app
 from appliance.worker.routes import create_worker_app
 

@@ -10,7 +10,7 @@ import pytest
 
 from appliance.config.addresses import HostPort
 from appliance.core.limits import Limits
-from appliance.runner.management import (
+from appliance.management import (
     BoundedCommandQueue,
     ManagementListener,
     ManagementOptions,

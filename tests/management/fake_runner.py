@@ -14,7 +14,7 @@ import json
 import threading
 from typing import Any
 
-from appliance.runner.management import NotOwner
+from appliance.management import NotOwner
 
 SECRET_PATH = "/var/lib/appliance/secret-store-path"
 

@@ -14,9 +14,9 @@ import pytest
 from appliance.cli import admin_contract, admin_ops
 from appliance.config.addresses import HostPort
 from appliance.core.limits import Limits
-from appliance.runner.management.gateway import BoundedCommandQueue, ThreadedConsumer
-from appliance.runner.management.listener import ManagementListener
-from appliance.runner.management.mcp_tools import visible_tools
+from appliance.management.gateway import BoundedCommandQueue, ThreadedConsumer
+from appliance.management.listener import ManagementListener
+from appliance.management.mcp_tools import visible_tools
 from tests.management.conftest import TOKENS
 from tests.management.fake_runner import FakeRunner
 
@@ -97,8 +97,8 @@ def test_the_amendment_tools_are_listed_to_the_admin_credential_only() -> None:
 
 
 def test_every_command_of_the_table_has_a_reply_meaning() -> None:
-    from appliance.runner.command_table import COMMANDS
-    from appliance.runner.management.replies import MEANING
+    from appliance.commands.table import COMMANDS
+    from appliance.management.replies import MEANING
 
     assert set(MEANING) == set(COMMANDS)
 
@@ -134,8 +134,8 @@ class MembershipRunner(AmendingRunner):
         self.replication = replication
 
     def _member(self, command: dict[str, Any]) -> dict[str, Any]:
+        from appliance.commands.operator import OperatorCommand
         from appliance.runner.membership_commands import membership_reply
-        from appliance.runner.operator import OperatorCommand
 
         args = {k: v for k, v in command.items() if k != "action"}
         reply = membership_reply(self.replication, OperatorCommand(command["action"], args), self)

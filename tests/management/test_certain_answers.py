@@ -12,16 +12,16 @@ import pytest
 
 from appliance.config.addresses import HostPort
 from appliance.http import HttpClient
-from appliance.runner.management import ManagementListener, ThreadedConsumer
-from appliance.runner.management.gateway import (
+from appliance.management import ManagementListener, ThreadedConsumer
+from appliance.management.gateway import (
     BoundedCommandQueue,
     DefinitelyRefused,
     Submitted,
     execute,
 )
-from appliance.runner.management.refusals import MESSAGE_CHARS_MAX, classify, classify_reason
-from appliance.runner.management.replies import run_command
-from appliance.runner.management.wiring import runner_handler, with_leader_host
+from appliance.management.refusals import MESSAGE_CHARS_MAX, classify, classify_reason
+from appliance.management.replies import run_command
+from appliance.management.wiring import runner_handler, with_leader_host
 from tests.management.conftest import TOKENS
 from tests.management.mcp_raw import call
 from tests.management.test_real_voter import RealVoter

@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from appliance.core.limits import Limits
-from appliance.runner import operator
-from appliance.runner.command_table import (
+from appliance.commands import operator
+from appliance.commands.table import (
     ADMIN,
     ADMIN_ACTIONS,
     AMENDMENT_ACTIONS,
@@ -19,8 +18,9 @@ from appliance.runner.command_table import (
     RECOVERY,
     RECOVERY_ACTIONS,
 )
-from appliance.runner.management import commands
-from appliance.runner.management.mcp_tools import tool_specs
+from appliance.core.limits import Limits
+from appliance.management import commands
+from appliance.management.mcp_tools import tool_specs
 
 
 def test_every_surface_carries_exactly_the_rows_of_the_table() -> None:

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from appliance.runner.management import ManagementOptions
+from appliance.management import ManagementOptions
 from tests.management.conftest import DEFINITION, TOKENS, Harness, bearer, make_harness
 from tests.management.fake_runner import SECRET_PATH
 

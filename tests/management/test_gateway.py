@@ -6,7 +6,7 @@ import pytest
 
 from appliance.config.addresses import HostPort
 from appliance.core.limits import Limits
-from appliance.runner.management import (
+from appliance.management import (
     COMMAND_QUEUE_SLOTS,
     BoundedCommandQueue,
     ManagementListener,

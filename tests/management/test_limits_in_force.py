@@ -9,7 +9,7 @@ from dataclasses import replace
 import falcon.testing
 
 from appliance.core.limits import Limits
-from appliance.runner.management import (
+from appliance.management import (
     BoundedCommandQueue,
     ThreadedConsumer,
     create_management_app,

@@ -13,7 +13,7 @@ import json
 import socket
 
 from appliance.http import HttpClient
-from appliance.runner.management import ManagementOptions
+from appliance.management import ManagementOptions
 from tests.management.bodies import CAP_BYTES, escaped_create
 from tests.management.conftest import DEFINITION, TOKENS, Live, start_live
 from tests.management.mcp_raw import call

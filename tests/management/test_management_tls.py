@@ -14,7 +14,7 @@ from appliance.config.tls import TlsConfig
 from appliance.core.errors import InvalidConfig
 from appliance.core.limits import Limits
 from appliance.http.tls import plain_listener_context
-from appliance.runner.management import (
+from appliance.management import (
     BoundedCommandQueue,
     ManagementListener,
     ThreadedConsumer,

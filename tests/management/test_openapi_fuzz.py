@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from schemathesis.generation import GenerationMode
 
-from appliance.runner.management.openapi import openapi_document
+from appliance.management.openapi import openapi_document
 from tests.management.conftest import TOKENS, start_live
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
@@ -75,9 +75,9 @@ def test_fuzzing_a_real_voter_changes_nothing_on_rejection() -> None:
     nor a core refusal changes the committed state.
     """
     from appliance.core.state import list_view
-    from appliance.runner.management import BoundedCommandQueue, ThreadedConsumer
-    from appliance.runner.management.app import create_management_app
-    from appliance.runner.management.wiring import runner_handler
+    from appliance.management import BoundedCommandQueue, ThreadedConsumer
+    from appliance.management.app import create_management_app
+    from appliance.management.wiring import runner_handler
     from tests.runner.harness import Voter
 
     with Voter() as voter:

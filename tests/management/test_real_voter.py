@@ -25,12 +25,12 @@ from mcp.client.streamable_http import streamable_http_client
 
 from appliance.config.addresses import HostPort
 from appliance.http import HttpClient
-from appliance.runner.management import (
+from appliance.management import (
     BoundedCommandQueue,
     ManagementListener,
     ThreadedConsumer,
 )
-from appliance.runner.management.wiring import runner_handler
+from appliance.management.wiring import runner_handler
 from appliance.runner.worker_client import ObserveResult
 from tests.management.bodies import CAP_BYTES, escaped_create
 from tests.management.conftest import TOKENS
@@ -366,7 +366,7 @@ def test_management_service_from_config_and_resolved_credentials(with_recovery: 
 
     from appliance.config.credentials import resolve_runner_credentials
     from appliance.config.runner import ManagementConfig
-    from appliance.runner.management import ManagementService
+    from appliance.management import ManagementService
 
     env = {"A": "adm-1", "C": "clu-1", "W": "wrk-1", "OP": "op-1", "REC": "rec-1"}
     with Voter() as voter:

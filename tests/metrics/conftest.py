@@ -14,14 +14,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.config.addresses import HostPort
 from appliance.http import HttpClient
+from appliance.management import BoundedCommandQueue, ManagementListener, ThreadedConsumer
+from appliance.management.wiring import runner_handler
 from appliance.metrics import (
     DecisionLogTee,
     RunnerMetrics,
     TimedReplication,
     VoterObservability,
 )
-from appliance.runner.management import BoundedCommandQueue, ManagementListener, ThreadedConsumer
-from appliance.runner.management.wiring import runner_handler
 from tests.management.conftest import TOKENS
 from tests.runner.harness import Voter
 

@@ -6,7 +6,7 @@ import io
 import json
 import threading
 
-from appliance.runner.quickstart_console import (
+from appliance.quickstart.console import (
     ERROR_PREFIX,
     LINE_CHARS_MAX,
     OUTPUT_LINES_MAX,

@@ -15,7 +15,7 @@ import pytest
 from appliance.config.credentials import resolve_runner_credentials, resolve_worker_credentials
 from appliance.config.runner import load_runner_config
 from appliance.config.worker import load_worker_config
-from appliance.runner.quickstart_files import (
+from appliance.quickstart.files import (
     CREDENTIALS_FILE,
     LEGACY_CREDENTIALS_FILE,
     QuickstartError,
@@ -183,7 +183,7 @@ def test_port_is_free_sees_a_listener(held: list[socket.socket]) -> None:
 
 def test_the_cli_default_data_dir_is_the_quickstart_default() -> None:
     from appliance.cli import role_quickstart
-    from appliance.runner import quickstart
+    from appliance.quickstart import run as quickstart
 
     assert role_quickstart.DEFAULT_DATA_DIR == quickstart.DEFAULT_DATA_DIR
 
@@ -199,7 +199,7 @@ def test_a_new_data_dir_is_private_and_an_existing_one_keeps_its_mode(tmp_path: 
 
 
 def test_the_default_data_dir_is_per_user_outside_the_checkout(tmp_path: Path) -> None:
-    from appliance.runner.quickstart_files import default_data_dir
+    from appliance.quickstart.files import default_data_dir
 
     cwd = tmp_path / "checkout"
     cwd.mkdir()
@@ -214,7 +214,7 @@ def test_the_default_data_dir_is_per_user_outside_the_checkout(tmp_path: Path) -
 
 
 def test_an_existing_checkout_data_dir_is_still_found_and_used(tmp_path: Path) -> None:
-    from appliance.runner.quickstart_files import default_data_dir
+    from appliance.quickstart.files import default_data_dir
 
     (tmp_path / "appliance-quickstart").mkdir()
     found, why = default_data_dir(tmp_path, {"XDG_DATA_HOME": str(tmp_path / "xdg")})

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.runner.log_file import RotatingLogFile
+from appliance.quickstart.log_file import RotatingLogFile
 
 
 def test_a_write_that_reaches_the_limit_exactly_stays_in_the_file(tmp_path: Path) -> None:

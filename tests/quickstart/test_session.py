@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.runner.quickstart import run_quickstart
-from appliance.runner.quickstart_files import CREDENTIALS_FILE, prepare, read_credentials
+from appliance.quickstart.files import CREDENTIALS_FILE, prepare, read_credentials
+from appliance.quickstart.run import run_quickstart
 from tests.quickstart.session import TIME_SCALE, Quickstart, alive, descendants, wait_exit
 
 SUCCEEDED = r"^occurrence (\d+) attempt 1: Succeeded$"

@@ -1,4 +1,4 @@
-"""The owner's decision for every answer to a dispatch (appliance/runner/dispatch_outcome.py).
+"""The owner's decision for every answer to a dispatch (appliance/owner/dispatch_outcome.py).
 
 One test per row of docs/protocol.md's "worker answer → owner's action" table, plus the
 backoff bounds."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.occurrence import OccurrenceState
-from appliance.runner.dispatch_outcome import (
+from appliance.owner.dispatch_outcome import (
     FENCE_BACKOFF_FIRST_S,
     FENCE_BACKOFF_MAX_S,
     RESEND_FIRST_S,

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from appliance.owner.events import Propose, Tick
 from appliance.runner.machine import encode_command
-from appliance.runner.owner_events import Propose, Tick
 from tests.runner.harness import T0, Voter, definition
 
 RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
@@ -28,7 +28,7 @@ def test_the_loop_imports_nothing_that_builds_core_commands() -> None:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
             assert not node.module.startswith("appliance.core"), node.module
-            assert node.module != "appliance.runner.command_table", node.module
+            assert node.module != "appliance.commands.table", node.module
         if isinstance(node, ast.Import):
             assert not any(a.name.startswith("appliance.core") for a in node.names)
         if (

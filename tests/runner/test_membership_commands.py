@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
+from appliance.commands.operator import OperatorCommand
+from appliance.management.replies import run_command
 from appliance.raft.driver import Overloaded, ProposalLost
 from appliance.raft.errors import NotLeader, ProposalRefused
-from appliance.runner.management.replies import run_command
 from appliance.runner.membership_commands import ETCD_REFUSAL, membership_reply
-from appliance.runner.operator import OperatorCommand
 
 CONFIG = {"voters": ["v1", "v2", "v3"], "learners": ["v4"], "addresses": {"v4": "127.0.0.1:9"}}
 
@@ -173,9 +173,9 @@ def test_over_http_a_committed_change_shows_the_configuration() -> None:
 
 def test_the_etcd_replication_has_none_of_the_membership_methods() -> None:
     # The refusal above is what the runner answers on the etcd backend: it looks the method up.
+    from appliance.commands.table import COMMANDS
     from appliance.replication.etcd import EtcdReplication
     from appliance.replication.raft_replication import RaftReplication
-    from appliance.runner.command_table import COMMANDS
     from appliance.runner.membership_commands import MEMBERSHIP_ACTIONS
 
     for action in MEMBERSHIP_ACTIONS:

@@ -3,26 +3,22 @@ bench that commits each ``Propose`` through the real apply, in order)."""
 
 from __future__ import annotations
 
-import ast
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from appliance.commands.operator import OperatorCommand
 from appliance.core.admission import Admit
 from appliance.core.binding import binding_from_json
-from appliance.runner.applied import Accepted
-from appliance.runner.binding import execution_id
-from appliance.runner.machine import Machine, encode_command
-from appliance.runner.operator import OperatorCommand
-from appliance.runner.owner import Owner
-from appliance.runner.owner_attempts import (
+from appliance.owner.applied import Accepted
+from appliance.owner.attempts import (
     OBSERVE_AFTER_QUEUE_S,
     OBSERVE_FIRST_POLL_S,
     OBSERVE_QUEUED_FIRST_POLL_S,
 )
-from appliance.runner.owner_events import (
+from appliance.owner.binding import execution_id
+from appliance.owner.events import (
     AdmissionRequest,
     BarrierDone,
     DispatchRequest,
@@ -41,37 +37,10 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.worker_answers import Capacity, ExecResult, ObserveResult
+from appliance.owner.owner import Owner
+from appliance.owner.worker_answers import Capacity, ExecResult, ObserveResult
+from appliance.runner.machine import Machine, encode_command
 from tests.runner.harness import T0, config, definition
-
-RUNNER = Path(__file__).resolve().parents[2] / "appliance" / "runner"
-SANS_IO = [
-    "owner.py",
-    "owner_serial.py",
-    "owner_attempts.py",
-    "owner_requests.py",
-    "owner_pacing.py",
-    "owner_queue.py",
-    "owner_events.py",
-    "applied.py",
-    "worker_answers.py",
-    "ownership.py",
-    "command_table.py",
-    "operator.py",
-]
-FORBIDDEN = {"time", "threading", "socket", "random", "queue", "concurrent", "asyncio", "os"}
-
-
-@pytest.mark.parametrize("name", SANS_IO)
-def test_the_owner_modules_do_no_io(name: str) -> None:
-    tree = ast.parse((RUNNER / name).read_text())
-    roots = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    assert not roots & FORBIDDEN
 
 
 class Bench:

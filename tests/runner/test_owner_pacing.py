@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from appliance.commands.operator import OperatorCommand
 from appliance.core.occurrence import OccurrenceState
-from appliance.runner.machine import Machine
-from appliance.runner.operator import OperatorCommand
-from appliance.runner.owner import Owner
-from appliance.runner.owner_events import (
+from appliance.owner.events import (
     CancelAnswered,
     CancelRequest,
     DispatchRequest,
@@ -28,12 +26,14 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.worker_answers import (
+from appliance.owner.owner import Owner
+from appliance.owner.worker_answers import (
     CancelResult,
     Capacity,
     ExecResult,
     ObserveResult,
 )
+from appliance.runner.machine import Machine
 from tests.runner.harness import T0, definition
 from tests.runner.test_owner import Bench
 

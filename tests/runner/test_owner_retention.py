@@ -6,9 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from appliance.core.limits import Limits
-from appliance.runner.machine import Machine
-from appliance.runner.owner import Owner
-from appliance.runner.owner_events import (
+from appliance.owner.events import (
     DispatchRequest,
     ExecAnswered,
     ObserveAnswered,
@@ -18,7 +16,9 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.worker_answers import ExecResult, ObserveResult
+from appliance.owner.owner import Owner
+from appliance.owner.worker_answers import ExecResult, ObserveResult
+from appliance.runner.machine import Machine
 from tests.runner.harness import T0
 from tests.runner.test_owner import Bench, admit, dispatched, occurrence
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.core.occurrence import REASON_BYTES_MAX
-from appliance.runner.report_text import failure_reason, retry_note
+from appliance.owner.report_text import failure_reason, retry_note
 
 
 @pytest.mark.parametrize(

@@ -157,7 +157,7 @@ def test_an_older_worker_states_no_capacity_but_answers_in_protocol_1(client) ->
     ],
 )
 def test_a_capacity_is_read_only_when_it_is_one(change: dict, valid: bool) -> None:
-    from appliance.runner.worker_answers import capacity_of
+    from appliance.owner.worker_answers import capacity_of
 
     document = {**CAPACITY, **change}
     assert (capacity_of(document) is not None) is valid

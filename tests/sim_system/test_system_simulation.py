@@ -28,9 +28,9 @@ from appliance.core import live_code, policy_apply, txn
 from appliance.core import state as core
 from appliance.core.occurrence import Occurrence
 from appliance.core.state_model import payload_digest
-from appliance.runner import dispatch_outcome, ownership
-from appliance.runner import owner as owner_module
-from appliance.runner.worker_answers import CancelResult
+from appliance.owner import dispatch_outcome, ownership
+from appliance.owner import owner as owner_module
+from appliance.owner.worker_answers import CancelResult
 from appliance.sim.system import checkers, voter, worker_process, world
 from appliance.sim.system.config import liveness_ms_for
 from appliance.sim.system.world import SystemResult, run_system_seed
@@ -104,7 +104,7 @@ def test_the_burst_profile_waits_in_the_engine_queue_and_keeps_every_rule(
 ) -> None:
     # Issue 17: four schedules due together wait in the engine's FIFO queue, and the owner's
     # queue view defers looks, promotes them at the front and after the stated queue shrank.
-    from appliance.runner import owner_queue
+    from appliance.owner import queue as owner_queue
 
     seen: Counter[str] = Counter()
     answer, leave = owner_queue.QueueView.answer, owner_queue.QueueView.leave

@@ -6,8 +6,8 @@ still has exactly ``protocol`` and ``error``)."""
 from __future__ import annotations
 
 from appliance.engine.memory import InMemoryEngine
+from appliance.owner.worker_answers import capacity_of
 from appliance.protocol import v1
-from appliance.runner.worker_answers import capacity_of
 from appliance.worker.launch import Answer, Reserving
 from tests.worker.peers import NAMESPACE
 from tests.worker.test_launch_core import Harness

@@ -61,7 +61,7 @@ def test_both_ends_use_the_protocol_paths() -> None:
 
 
 def test_the_execution_id_has_one_shape_for_both_ends() -> None:
-    from appliance.runner.binding import execution_id
+    from appliance.owner.binding import execution_id
 
     invocation = v1.Invocation("ns", v1.ID_MAX, 2, 3)
     assert execution_id(v1.ID_MAX, 2, 3) == v1.execution_id(invocation) == f"s{v1.ID_MAX}-o2-a3"

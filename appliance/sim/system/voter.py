@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from appliance.http import ApiError
+from appliance.owner import events as ev
+from appliance.owner import ownership
+from appliance.owner.owner import Owner
 from appliance.protocol import v1
 from appliance.raft import (
     MemoryLogStorage,
@@ -25,11 +28,8 @@ from appliance.raft import (
 )
 from appliance.raft.messages import EntryKind
 from appliance.raft.send_order import may_send_before_persist
-from appliance.runner import owner_events as ev
-from appliance.runner import ownership
 from appliance.runner.admission import parse_admit
 from appliance.runner.machine import Machine, encode_command
-from appliance.runner.owner import Owner
 from appliance.sim.system.config import (
     ADMISSION_ROUTE_MS_MAX,
     PROPOSAL_TIMEOUT_MS,

@@ -2,7 +2,7 @@
 
 Theory of operation. Everything that decides in production runs here unchanged: each voter is a
 real ``RaftNode`` (appliance/raft/node.py) on a ``MemoryLogStorage``, a real ``Machine``
-(appliance/runner/machine.py: the core's apply) and a real ``Owner`` (appliance/runner/owner.py)
+(appliance/runner/machine.py: the core's apply) and a real ``Owner`` (appliance/owner/owner.py)
 fed the events its driver feeds it; the worker is the real ``LaunchCore``
 (appliance/worker/launch.py) over a ``MemoryWorkerStore`` and a ``SimEngine``, asking for
 permits through the real ``AdmissionClient.permit_pass`` and answered by the real admission
@@ -41,14 +41,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from appliance.commands.operator import parse_operator
 from appliance.config.addresses import HostPort
 from appliance.config.runner import Peer, RemoteConfig, RunnerConfig
 from appliance.config.urls import Origin
 from appliance.core.definition import parse_definition
 from appliance.http.client import AmbiguousSend, ConnectFailed, Response
+from appliance.owner import events as ev
 from appliance.raft import Message, Role
-from appliance.runner import owner_events as ev
-from appliance.runner.operator import parse_operator
 from appliance.runner.worker_client import WorkerClient
 from appliance.sim.faults import FaultSettings
 from appliance.sim.network import FakeNetwork
@@ -114,7 +114,7 @@ class SystemSim:
         # Drawn from a source of its own, so the rest of the seed's faults stay what they were.
         self.engine_slots = random.Random(f"slots-{seed}").choice((1, 2, 4))
         # Places behind the slots (the engine's FIFO queue): an execution waits there as running
-        # with started_at null, and the owner's view of the queue (runner/owner_queue.py) decides
+        # with started_at null, and the owner's view of the queue (owner/queue.py) decides
         # when to look at it.
         self.engine_queue = random.Random(f"queue-{seed}").choice((0, 0, 2, 8))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
@@ -326,7 +326,7 @@ class SystemSim:
         voter.feed(ev.OperatorRequest(self.request_ids, parse_operator(json.dumps(document))))
 
     def _operator_document(self) -> dict[str, Any] | None:
-        """One seeded command of the command table (appliance/runner/command_table.py) besides
+        """One seeded command of the command table (appliance/commands/table.py) besides
         cancel. A run_now reuses an earlier request id half the time — an operator repeating an
         uncertain call, often to the next owner after a takeover; an update changes the code
         mid-run."""

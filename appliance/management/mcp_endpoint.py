@@ -59,12 +59,12 @@ from pydantic import ValidationError
 
 from appliance.core.limits import Limits, LimitsInForce, limits_reader
 from appliance.http import read_body
-from appliance.runner.management.commands import ID_MAX, Refused, check_arguments
-from appliance.runner.management.gateway import CommandGateway
-from appliance.runner.management.mcp_tools import OCCURRENCE_TOOL, tool_specs, visible_tools
-from appliance.runner.management.replies import Outcome, error_outcome, run_command
+from appliance.management.commands import ID_MAX, Refused, check_arguments
+from appliance.management.gateway import CommandGateway
+from appliance.management.mcp_tools import OCCURRENCE_TOOL, tool_specs, visible_tools
+from appliance.management.replies import Outcome, error_outcome, run_command
 
-log = logging.getLogger("appliance.runner.management.mcp")
+log = logging.getLogger("appliance.management.mcp")
 
 PROTOCOL_VERSION: Final = "2026-07-28"
 SUPPORTED_VERSIONS: Final = (PROTOCOL_VERSION,)

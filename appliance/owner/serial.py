@@ -6,7 +6,7 @@ keeps that rule without blocking: a decision that needs a commit is a generator 
 the proposals (or the read barrier) it waits for and is resumed with their outcomes; while one is
 suspended, every other event is held, in order, and handled once it finishes. The claims of one
 pulse are yielded together, so they are proposed at once and Raft batches them. See
-appliance/runner/owner.py for the contract.
+appliance/owner/owner.py for the contract.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any, Protocol, TypeVar
 
 from appliance.core import state as core
 from appliance.core.features import command_kind
-from appliance.runner.applied import Accepted, NotYetApplicable, Refused
-from appliance.runner.owner_events import (
+from appliance.owner.applied import Accepted, NotYetApplicable, Refused
+from appliance.owner.events import (
     BarrierDone,
     Effect,
     Event,
@@ -86,11 +86,11 @@ class SerialCore:
 
     @abstractmethod
     def _handle_now(self, event: Event) -> None:  # the owner's event handling
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     @abstractmethod
     def _lose_ownership(self, hint: str | None) -> None:
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     # ---- serial decisions (continuations keyed by token) --------------------------------------
 

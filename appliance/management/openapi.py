@@ -2,7 +2,7 @@
 
 Generated from the same tables the listener uses (command fields, tool schemas, limits), so the
 document cannot drift from the code: a test compares docs/openapi.json with ``openapi_document``.
-Regenerate with ``python -m appliance.runner.management.openapi > docs/openapi.json``.
+Regenerate with ``python -m appliance.management.openapi > docs/openapi.json``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import json
 from typing import Any
 
 from appliance.core.limits import Limits
-from appliance.protocol.v1 import ID_MAX
-from appliance.runner.management.app import (
+from appliance.management.app import (
     COMMANDS_PATH,
     HEALTH_PATH,
     HISTORY_PATH,
@@ -24,7 +23,8 @@ from appliance.runner.management.app import (
     SCHEDULES_PATH,
     STATUS_PATH,
 )
-from appliance.runner.management.mcp_tools import tool_specs
+from appliance.management.mcp_tools import tool_specs
+from appliance.protocol.v1 import ID_MAX
 
 _REF = "#/components/schemas/"
 _ERR = "#/components/responses/"

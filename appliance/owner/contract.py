@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from appliance.commands.operator import OperatorError
 from appliance.config.common import IDENT_BYTES_MAX, IDENT_PATTERN
 from appliance.config.rfc3339 import parse_rfc3339
 from appliance.config.runner import SESSION_BYTES_MAX, SESSION_PATTERN
@@ -21,8 +22,7 @@ from appliance.config.urls import OriginError, parse_origin
 from appliance.core import state as core
 from appliance.core.errors import InvalidConfig
 from appliance.core.limits import limits_to_json, parse_limits
-from appliance.runner.contract_state import normalized_expiry
-from appliance.runner.operator import OperatorError
+from appliance.owner.contract_state import normalized_expiry
 
 
 def _bad(field: str, message: str) -> OperatorError:

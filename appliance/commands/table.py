@@ -3,8 +3,8 @@
 Theory of operation (seeds/001 "Operator commands and states", "Authorization matrix"): each row
 says the command's argument fields (documentation order), which of them are positive integer ids,
 whether it changes replicated state, the least management role that may send it, and the core
-command it commits. ``appliance/runner/operator.py`` (stdin), ``management/commands.py`` (HTTP and
-MCP) and the owner core (appliance/runner/owner.py) all read this table; adding a command is one
+command it commits. ``appliance/commands/operator.py`` (stdin), ``management/commands.py`` (HTTP and
+MCP) and the owner core (appliance/owner/owner.py) all read this table; adding a command is one
 row here (plus, if it needs one, the owner's follow-up after the commit).
 """
 
@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.commands import args
 from appliance.core import state as core
-from appliance.runner import command_args as args
 
 # The management roles (seeds/001): an operator may do everything but the recovery actions.
 OPERATOR: Final = "operator"
@@ -202,7 +202,7 @@ _ROWS: tuple[CommandSpec, ...] = (
 )
 # The contract amendments (issue 20, appliance/core/amendments.py). The owner adds
 # ``base_amendment`` (the amendment in force) and normalizes the values before ``build``
-# (appliance/runner/owner_contract.py); ``amend_limits`` fields left out keep their value.
+# (appliance/owner/contract.py); ``amend_limits`` fields left out keep their value.
 _LIMIT_FIELDS: Final = ("schedules", "records", "outstanding", "running", "grace_seconds")
 _AMENDMENT_ROWS: Final = (
     CommandSpec(

@@ -29,16 +29,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from appliance.runner.management.gateway import (
+from appliance.management.gateway import (
     CommandGateway,
     DefinitelyRefused,
     NotOwner,
     QueueFull,
     Uncertain,
 )
-from appliance.runner.management.refusals import classify
+from appliance.management.refusals import classify
 
-log = logging.getLogger("appliance.runner.management")
+log = logging.getLogger("appliance.management")
 
 REPLY_TIMEOUT_S_DEFAULT: Final = 30.0
 

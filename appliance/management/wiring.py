@@ -28,12 +28,12 @@ from appliance.http.tls import (
     origin_client_context,
     plain_listener_context,
 )
+from appliance.management.app import ManagementOptions
+from appliance.management.gateway import BoundedCommandQueue, Handler, ThreadedConsumer
+from appliance.management.listener import ManagementListener
 from appliance.metrics.runner import RunnerMetrics
 from appliance.metrics.voter import VoterObservability, WorkerProbe
 from appliance.metrics.voters import VoterProbe
-from appliance.runner.management.app import ManagementOptions
-from appliance.runner.management.gateway import BoundedCommandQueue, Handler, ThreadedConsumer
-from appliance.runner.management.listener import ManagementListener
 
 
 class OperatorRunner(Protocol):
@@ -47,7 +47,7 @@ def runner_handler(runner: OperatorRunner, voters: Mapping[str, Any] | None = No
     well as its node id, so an operator can reach that voter's own loopback listener (an SSH
     forward); commands are never forwarded over the cluster port.
     """
-    from appliance.runner.operator import OperatorCommand, OperatorError
+    from appliance.commands.operator import OperatorCommand, OperatorError
 
     def handle(command: dict[str, Any]) -> Mapping[str, Any]:
         args = {key: value for key, value in command.items() if key != "action"}

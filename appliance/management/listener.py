@@ -15,12 +15,12 @@ from appliance.config.addresses import HostPort, is_loopback_host
 from appliance.config.credentials import RunnerCredentials
 from appliance.core.limits import LimitsInForce
 from appliance.http import HttpServer
-from appliance.runner.management.app import (
+from appliance.management.app import (
     ManagementOptions,
     Observability,
     create_management_app,
 )
-from appliance.runner.management.gateway import CommandGateway
+from appliance.management.gateway import CommandGateway
 from appliance.secret import Secret
 
 

@@ -4,7 +4,7 @@ Theory of operation (SPEC §6 "Admission", seeds/001 "Operator commands"): an ad
 committed ``Admit`` compare-and-set, proposed at once (not a serial decision: concurrent permit
 requests share Raft appends) and answered only from its committed result. An operator command
 is ``list`` (the local, possibly stale, view), ``status`` (after a read barrier) or a mutation
-(the core command of its row in appliance/runner/command_table.py, answered after its commit;
+(the core command of its row in appliance/commands/table.py, answered after its commit;
 503 ``uncertain`` when the commit's fate is unknown).
 """
 
@@ -14,6 +14,14 @@ from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from appliance.commands.operator import (
+    MUTATIONS,
+    OperatorCommand,
+    OperatorError,
+    build_mutation,
+    error_reply,
+)
+from appliance.commands.table import ADMIN_ACTIONS, PREVIEWS
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
@@ -21,21 +29,13 @@ from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
+from appliance.owner import contract_state, ownership
+from appliance.owner.applied import Refused
+from appliance.owner.contract import amendment_args
+from appliance.owner.events import NotLeaderAnswer, Outcome, Propose, Reply
+from appliance.owner.pacing import PacedDispatch
+from appliance.owner.serial import Chain, NotOwner, Uncertain
 from appliance.protocol import v1
-from appliance.runner import contract_state, ownership
-from appliance.runner.applied import Refused
-from appliance.runner.command_table import ADMIN_ACTIONS, PREVIEWS
-from appliance.runner.operator import (
-    MUTATIONS,
-    OperatorCommand,
-    OperatorError,
-    build_mutation,
-    error_reply,
-)
-from appliance.runner.owner_contract import amendment_args
-from appliance.runner.owner_events import NotLeaderAnswer, Outcome, Propose, Reply
-from appliance.runner.owner_pacing import PacedDispatch
-from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
 
 S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
@@ -61,19 +61,19 @@ class RequestDecisions(PacedDispatch):
 
     @abstractmethod
     def _rebuild_pulse(self) -> None:
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     @abstractmethod
     def _track_schedule(self, schedule_id: int) -> None:
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     @abstractmethod
     def _compiled_for(self, definition: Any) -> Any:
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     @abstractmethod
     def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Any:
-        """Provided by ``Owner`` (appliance/runner/owner.py)."""
+        """Provided by ``Owner`` (appliance/owner/owner.py)."""
 
     # ---- admission ---------------------------------------------------------------------------
 

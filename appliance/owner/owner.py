@@ -9,7 +9,7 @@ the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`
 *committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
 version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet,
 or None; a gated command is never proposed and counts as a definite refusal. Events and effects
-are the frozen dataclasses of appliance/runner/owner_events.py. The class is assembled from small
+are the frozen dataclasses of appliance/owner/events.py. The class is assembled from small
 modules: owner_serial.py (tokens, continuations, timers), owner_attempts.py (one attempt's
 dispatch, observation, Unknown and cancellation), owner_requests.py (admission and operator
 commands) and this one (leadership, ownership, the pulse and claims).
@@ -42,7 +42,7 @@ first time; nothing dispatched is ever dispatched again).
 The decision points, one method each (owner_attempts.py): ``_exec_done`` (the dispatch answer),
 ``_observed`` and ``_observation_deadline`` (an observed outcome; past timeout_seconds + grace a
 fence without a permit, Unknown with one), ``_perform`` (carries out what the pure
-appliance/runner/dispatch_outcome.py decided: re-send, ``FenceDispatch``, Unknown, Failed),
+appliance/owner/dispatch_outcome.py decided: re-send, ``FenceDispatch``, Unknown, Failed),
 ``_resend`` (the re-send timer), ``_cancel_done`` (Cancelled only on a confirmed stop).
 
 Serial decisions, as the loop made them: where a decision waits on a commit (observe → folded
@@ -52,7 +52,7 @@ until those answers arrive (the loop blocked on the commit and took nothing else
 The claims of one pulse are proposed together, so Raft batches their appends. Admissions are
 not serial: their ``Admit`` is proposed at once, while other decisions wait, and the driver may
 answer the worker as soon as it commits (see ``Propose.answers_admission``). Outcomes
-(``RecordOutcome``) are not serial either (appliance/runner/owner_pacing.py): the attempt is
+(``RecordOutcome``) are not serial either (appliance/owner/pacing.py): the attempt is
 forgotten as soon as the worker reported it, whatever the commit's result, as before.
 
 Theory of operation (SPEC §2 "One serialized runner loop", §3, §6; issue 5 §3-§6)
@@ -92,15 +92,15 @@ from appliance.core.claims import claimable
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.core.pulse import Pulse
-from appliance.runner import contract_state, ownership
-from appliance.runner.applied import Accepted, Refused
-from appliance.runner.binding import authority_of, make_binding
-from appliance.runner.owner_attempts import (
+from appliance.owner import contract_state, ownership
+from appliance.owner.applied import Accepted, Refused
+from appliance.owner.attempts import (
     OBSERVE_GRACE_S,
     UNKNOWN_POLL_S,
     Work,
 )
-from appliance.runner.owner_events import (
+from appliance.owner.binding import authority_of, make_binding
+from appliance.owner.events import (
     AdmissionRequest,
     CancelAnswered,
     Drain,
@@ -116,9 +116,9 @@ from appliance.runner.owner_events import (
     Tick,
     TimerFired,
 )
-from appliance.runner.owner_queue import QueueView
-from appliance.runner.owner_requests import RequestDecisions
-from appliance.runner.owner_serial import Chain, Gate, NotOwner, StateReader, Uncertain
+from appliance.owner.queue import QueueView
+from appliance.owner.requests import RequestDecisions
+from appliance.owner.serial import Chain, Gate, NotOwner, StateReader, Uncertain
 
 __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
 
@@ -162,7 +162,7 @@ class Owner(RequestDecisions):
     @property
     def cfg(self) -> RunnerConfig:
         """The config with the contract in force: the remote and limits are the genesis with
-        every committed amendment applied (appliance/runner/contract_state.py), never what a
+        every committed amendment applied (appliance/owner/contract_state.py), never what a
         config file says. Rebuilt only when the committed amendment part changes."""
         key = self._read(lambda st: (core.amendment_index(st), st.limits))
         cached_key, cached = self._cfg_in_force

@@ -1,6 +1,6 @@
 """The management MCP tools, one per command of the table: names, JSON Schemas, who sees them.
 
-The rows (fields, ids, role, description) are in appliance/runner/command_table.py. Seven tools
+The rows (fields, ids, role, description) are in appliance/commands/table.py. Seven tools
 are seeds/001's; ``scheduler_run_now``, ``scheduler_enable``, ``scheduler_update``,
 ``scheduler_pause``, ``scheduler_resume``, ``scheduler_backfill`` and
 ``scheduler_backfill_preview`` are a documented extension (SPEC §11, issue 22), listed before the
@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from appliance.commands.table import COMMANDS, CommandSpec
 from appliance.core.binding import HEAP_MB_RANGE, TIMEOUT_SECONDS_RANGE
 from appliance.core.definition import (
     CODE_BYTES_MAX,
@@ -30,8 +31,7 @@ from appliance.core.definition import (
     TIMEZONE_BYTES_MAX,
 )
 from appliance.core.limits import GRACE_SECONDS_MAX, RECORDS_MAX, SCHEDULES_MAX, Limits
-from appliance.runner.command_table import COMMANDS, CommandSpec
-from appliance.runner.management.commands import allowed_actions
+from appliance.management.commands import allowed_actions
 
 _ID: Final = {"type": "integer", "minimum": 1}
 # The contract amendments' fields (issue 20; the owner checks the values again).
@@ -191,7 +191,7 @@ def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, An
 
 def tool_specs(limits: Limits) -> dict[str, dict[str, Any]]:
     """tool name → {action, description, inputSchema}, in documentation order (one per row of
-    appliance/runner/command_table.py)."""
+    appliance/commands/table.py)."""
     tools: dict[str, dict[str, Any]] = {}
     for action, spec in COMMANDS.items():
         properties = {field: _field_schema(field, spec, limits) for field in spec.fields}

@@ -8,12 +8,12 @@ safe reply, the error table), ``refusals`` (which definite refusal a loop reply 
 ``openapi`` (docs/openapi.json).
 """
 
-from appliance.runner.management.app import (
+from appliance.management.app import (
     REQUEST_BYTES_MAX,
     ManagementOptions,
     create_management_app,
 )
-from appliance.runner.management.gateway import (
+from appliance.management.gateway import (
     COMMAND_QUEUE_SLOTS,
     BoundedCommandQueue,
     CommandGateway,
@@ -25,8 +25,8 @@ from appliance.runner.management.gateway import (
     Uncertain,
     execute,
 )
-from appliance.runner.management.listener import ManagementListener, NotLoopback
-from appliance.runner.management.wiring import ManagementService, runner_handler
+from appliance.management.listener import ManagementListener, NotLoopback
+from appliance.management.wiring import ManagementService, runner_handler
 
 __all__ = [
     "COMMAND_QUEUE_SLOTS",

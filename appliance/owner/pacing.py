@@ -57,11 +57,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.core import state as core
-from appliance.runner.applied import Accepted, Refused
-from appliance.runner.owner_attempts import AttemptDecisions, Work
-from appliance.runner.owner_events import DispatchRequest, Effect, Propose
-from appliance.runner.owner_serial import Chain, NotOwner, Uncertain
-from appliance.runner.worker_answers import Capacity, ExecResult, ObserveResult
+from appliance.owner.applied import Accepted, Refused
+from appliance.owner.attempts import AttemptDecisions, Work
+from appliance.owner.events import DispatchRequest, Effect, Propose
+from appliance.owner.serial import Chain, NotOwner, Uncertain
+from appliance.owner.worker_answers import Capacity, ExecResult, ObserveResult
 
 PACING_PROBE: Final = "probe"  # nothing stated yet: one exec unanswered at a time
 PACING_PACED: Final = "paced"

@@ -1,6 +1,6 @@
 """The worker's answers as the owner acts on them (wire protocol 1, docs/protocol.md).
 
-A leaf module: the owner core (appliance/runner/owner.py) reads these without importing the HTTP
+A leaf module: the owner core (appliance/owner/owner.py) reads these without importing the HTTP
 client that produces them (appliance/runner/worker_client.py).
 """
 

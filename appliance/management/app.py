@@ -35,19 +35,19 @@ import falcon
 from appliance.config.credentials import RunnerCredentials
 from appliance.core.limits import LimitsInForce, limits_reader
 from appliance.http import ApiError, create_app, read_json_object
-from appliance.protocol.v1 import ID_DIGITS_MAX, ID_MAX
-from appliance.runner.management.commands import Refused, check_command
-from appliance.runner.management.gateway import CommandGateway
-from appliance.runner.management.mcp_endpoint import McpEndpoint
-from appliance.runner.management.replies import (
+from appliance.management.commands import Refused, check_command
+from appliance.management.gateway import CommandGateway
+from appliance.management.mcp_endpoint import McpEndpoint
+from appliance.management.replies import (
     REPLY_TIMEOUT_S_DEFAULT,
     Outcome,
     error_outcome,
     run_command,
 )
+from appliance.protocol.v1 import ID_DIGITS_MAX, ID_MAX
 from appliance.secret import Secret
 
-log = logging.getLogger("appliance.runner.management")
+log = logging.getLogger("appliance.management")
 
 KiB: Final = 1024
 REQUEST_BYTES_MAX: Final = 72 * KiB

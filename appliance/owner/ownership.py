@@ -8,7 +8,7 @@ without a permit are fenced and return to Pending as the next attempt; attempts 
 listed for re-observation, Cancelling ones for resumption). On a new store the first owner then
 commits ``SeedInitialSchedules``. Claims carry the full binding (``ClaimOccurrence``); admission
 is the committed ``Admit`` compare-and-set, answered only after its commit. The sequence itself
-(barrier, acquire, seed) is the owner core's (appliance/runner/owner.py); these functions read
+(barrier, acquire, seed) is the owner core's (appliance/owner/owner.py); these functions read
 the committed state they are given and build commands, nothing else: among them
 ``committed_view`` (what the committed state says about a dispatched attempt, for
 ``dispatch_outcome``), the owner's own dispatch fence (``FenceDispatch``) and the evidence
@@ -25,9 +25,9 @@ from appliance.core import state as core
 from appliance.core.binding import Invocation, binding_from_json, binding_to_json
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import Occurrence
+from appliance.owner.applied import Accepted, Refused
+from appliance.owner.dispatch_outcome import Committed, Fence
 from appliance.protocol import v1
-from appliance.runner.applied import Accepted, Refused
-from appliance.runner.dispatch_outcome import Committed, Fence
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One attempt as an operator sees it: value, error, console output and timings, bounded.
 
 Where each piece is kept (docs/management.md "What ran"): the checkpoint keeps only the short
-``failure_reason`` of an occurrence (``appliance.runner.report_text.failure_reason``, e.g.
+``failure_reason`` of an occurrence (``appliance.owner.report_text.failure_reason``, e.g.
 ``uncaught exception: Error: boom``). The completion value, the thrown error's message and stack,
 the console output and the timings live with the execution at the worker (its store's execution
 record) and are fetched on demand through the executions route, like output always was; they
@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
-from appliance.runner.report_text import retry_note
+from appliance.owner.report_text import retry_note
 
 VALUE_JSON_BYTES_MAX: Final = 16 * 1024
 STACK_BYTES_MAX: Final = 8 * 1024

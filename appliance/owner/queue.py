@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Final, Generic, TypeVar
 
-from appliance.runner.worker_answers import Capacity
+from appliance.owner.worker_answers import Capacity
 
 FRONT_PER_SLOT: Final = 2  # observed at the front: the next to start, with room for reordering
 

@@ -2,7 +2,7 @@
 
 Theory of operation (SPEC §1, §3, §11): an attempt is dispatched once, and sent again only after a
 definite "not dispatched" answer (exactly the committed binding). What an answer means is decided by
-the pure functions of appliance/runner/dispatch_outcome.py from what the committed state says
+the pure functions of appliance/owner/dispatch_outcome.py from what the committed state says
 (``ownership.committed_view``); ``_perform`` carries the decision out. The dispatch answer
 (``_exec_done``): accepted → observe; "not dispatched" → re-send after a backoff (``_resend``, a
 timer) while the attempt is Running, this owner holds the epoch and the grant holds; a definite
@@ -31,20 +31,20 @@ from appliance.config.rfc3339 import parse_rfc3339
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
-from appliance.protocol import v1
-from appliance.runner import dispatch_outcome, ownership
-from appliance.runner.applied import Accepted, NotYetApplicable, Refused
-from appliance.runner.binding import execution_id
-from appliance.runner.owner_events import (
+from appliance.owner import dispatch_outcome, ownership
+from appliance.owner.applied import Accepted, NotYetApplicable, Refused
+from appliance.owner.binding import execution_id
+from appliance.owner.events import (
     CancelRequest,
     DispatchRequest,
     Effect,
     ObserveRequest,
 )
-from appliance.runner.owner_queue import QueueView
-from appliance.runner.owner_serial import Chain, NotOwner, SerialCore, Uncertain
-from appliance.runner.report_text import failure_reason
-from appliance.runner.worker_answers import CancelResult, Capacity, ExecResult, ObserveResult
+from appliance.owner.queue import QueueView
+from appliance.owner.report_text import failure_reason
+from appliance.owner.serial import Chain, NotOwner, SerialCore, Uncertain
+from appliance.owner.worker_answers import CancelResult, Capacity, ExecResult, ObserveResult
+from appliance.protocol import v1
 
 S = OccurrenceState
 
@@ -56,7 +56,7 @@ OBSERVE_POLL_MAX_S: Final = 2.0
 # queue needs; the backoff reaches OBSERVE_POLL_MAX_S for a long wait either way.
 OBSERVE_QUEUED_FIRST_POLL_S: Final = 0.4  # real seconds
 # An execution waiting in the worker's queue is looked at this soon once it reaches the front or
-# the queue drained (appliance/runner/owner_queue.py), not at the end of its backoff: without it
+# the queue drained (appliance/owner/queue.py), not at the end of its backoff: without it
 # the tail of a burst was recorded up to OBSERVE_POLL_MAX_S after it ended.
 OBSERVE_AFTER_QUEUE_S: Final = 0.05  # real seconds
 # After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
@@ -301,7 +301,7 @@ class AttemptDecisions(SerialCore):
             document = result.document if isinstance(result, ObserveResult) else None
             reason = None
             if outcome != "completed" and document is not None:
-                # "uncaught exception: Error: boom", bounded (appliance/runner/report_text.py).
+                # "uncaught exception: Error: boom", bounded (appliance/owner/report_text.py).
                 reason = (
                     failure_reason(document)
                     or str(document.get("reason") or document.get("error") or outcome)[:200]
@@ -365,7 +365,7 @@ class AttemptDecisions(SerialCore):
         work.poll_s = self.unknown_poll_s
         self._look_in(work, work.poll_s)
 
-    # ---- dispatch decisions (appliance/runner/dispatch_outcome.py decides; this performs) -----
+    # ---- dispatch decisions (appliance/owner/dispatch_outcome.py decides; this performs) -----
 
     def _perform(self, work: Work, record: Any, decision: dispatch_outcome.Decision) -> Chain[None]:
         ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}

@@ -42,18 +42,18 @@ from appliance.config.credentials import resolve_runner_credentials
 from appliance.config.runner import RunnerConfig, load_runner_config
 from appliance.core.errors import InvalidConfig
 from appliance.engine.pdeathsig import set_parent_death_signal
-from appliance.runner.drain_notice import drain_notice, open_occurrences
-from appliance.runner.log_file import RotatingLogFile
-from appliance.runner.logs import DecisionLog
-from appliance.runner.process import DRAIN_S, RunnerProcess, make_clock, read_commands
-from appliance.runner.quickstart_console import Console, LockedStream
-from appliance.runner.quickstart_files import (
+from appliance.quickstart.console import Console, LockedStream
+from appliance.quickstart.files import (
     RUNNER_FILE,
     Layout,
     QuickstartError,
     default_data_dir,
     prepare,
 )
+from appliance.quickstart.log_file import RotatingLogFile
+from appliance.runner.drain_notice import drain_notice, open_occurrences
+from appliance.runner.logs import DecisionLog
+from appliance.runner.process import DRAIN_S, RunnerProcess, make_clock, read_commands
 from appliance.runner.worker_client import WorkerClient
 from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError

@@ -21,22 +21,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
-from appliance.core.limits import Limits
-from appliance.protocol.v1 import ID_MAX  # the one id limit of the wire: no larger id exists
-from appliance.runner.command_args import ArgumentError
-from appliance.runner.command_table import (
+from appliance.commands.args import ArgumentError
+from appliance.commands.table import (
     ADMIN_ACTIONS,
     COMMANDS,
     MUTATIONS,
     READS,
     RECOVERY_ACTIONS,
 )
+from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
+from appliance.core.limits import Limits
+from appliance.protocol.v1 import ID_MAX  # the one id limit of the wire: no larger id exists
 
 __all__ = ["ID_MAX", "MUTATIONS", "RECOVERY_ACTIONS", "Refused", "check_arguments", "check_command"]
 
 # action → argument fields (the stdin document without ``action``); order is documentation order.
-# The rows live in appliance/runner/command_table.py.
+# The rows live in appliance/commands/table.py.
 COMMAND_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     action: spec.fields for action, spec in COMMANDS.items()
 }

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.commands.args import ArgumentError
+from appliance.commands.table import COMMANDS, MUTATIONS
 from appliance.core.errors import CoreError, InvalidDefinition
 from appliance.protocol.v1 import ID_MAX
-from appliance.runner.command_args import ArgumentError
-from appliance.runner.command_table import COMMANDS, MUTATIONS
 
 __all__ = [
     "ACTIONS",
@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 LINE_BYTES_MAX: Final = 256 * 1024  # a 64 KiB definition, escaped, fits
-# action → argument fields; the rows live in appliance/runner/command_table.py.
+# action → argument fields; the rows live in appliance/commands/table.py.
 ACTIONS: Final = {action: spec.fields for action, spec in COMMANDS.items()}
 
 

@@ -1,6 +1,6 @@
 """The owner core's inputs (events) and outputs (effects), as frozen dataclasses.
 
-See appliance/runner/owner.py for the contract: who feeds which event, what each effect asks of
+See appliance/owner/owner.py for the contract: who feeds which event, what each effect asks of
 the driver, and what a token means. Nothing here does anything; these are messages.
 """
 
@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from appliance.runner.applied import Accepted, Refused
-from appliance.runner.operator import OperatorCommand
-from appliance.runner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.commands.operator import OperatorCommand
+from appliance.owner.applied import Accepted, Refused
+from appliance.owner.worker_answers import CancelResult, ExecResult, ObserveResult
 
 # ---- how a proposal (or a read barrier) ended ---------------------------------------------------
 
