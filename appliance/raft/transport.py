@@ -39,6 +39,7 @@ minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limi
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 import threading
@@ -49,7 +50,9 @@ from typing import Any
 import falcon
 
 from appliance.config.credentials import Secret
-from appliance.http import ApiError, ClientError, Response, create_app, read_body
+from appliance.http import ApiError, BearerAuth, ClientError, Response, create_app, read_body
+from appliance.http.connections import ConnectionPolicy
+from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer, Handler
 from appliance.http.peer_connection import PeerConnection
 from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
 from appliance.raft.errors import CodecError, DigestMismatch
@@ -106,6 +109,10 @@ CONNECT_TIMEOUT_MS = 500
 READ_TIMEOUT_MS = 2_000
 ANSWER_BYTES_MAX = 64 * 1024  # an answer is a few hundred bytes; anything else is an error body
 OCTET_STREAM = "application/octet-stream"
+# Connections (and so threads) the cluster listener serves at once: a pipeline and a probe per
+# peer, status readers and the version gate's polls use a handful; the rest is room that a
+# connection flood competes for (the oldest awaiting headers makes room for a newcomer).
+CLUSTER_CONNECTIONS_MAX = 128
 
 Clock = Callable[[], float]
 
@@ -148,7 +155,14 @@ def mismatch_log(clock: Clock = time.monotonic) -> RateLimitedLog:
 # -- server side ---------------------------------------------------------------------------------
 
 
-class _MessageResource:
+class RaftMessages:
+    """One message route's rules, without a web framework: decode, check, deliver, answer.
+
+    ``handle(body)`` returns ``(200, encoded answer)`` when the answer rode back, else
+    ``(202, b"")``; refusals raise ``ApiError`` (403 contract mismatch, 400 malformed, wrong
+    route, misrouted). Served by the ``DirectServer`` of a voter (``raft_listener``) and by the
+    Falcon app (``create_raft_app``)."""
+
     def __init__(
         self,
         kinds: tuple[type, ...],
@@ -167,8 +181,7 @@ class _MessageResource:
         self._deliver_with_reply = deliver_with_reply
         self._reply_wait_s = reply_wait_s
 
-    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = read_body(req, BODY_BYTES_MAX)
+    def handle(self, body: bytes) -> tuple[int, bytes]:
         try:
             message = decode(body, self._digest)
         except DigestMismatch as exc:
@@ -188,16 +201,28 @@ class _MessageResource:
             self._deliver_with_reply(message, slot)
             answer = slot.wait(self._reply_wait_s)
             if answer is not None:
-                resp.status = falcon.HTTP_200
-                resp.content_type = OCTET_STREAM
-                resp.data = encode(answer, self._digest)
-                return
+                return 200, encode(answer, self._digest)
         else:
             self._deliver(message)
         # 202 with an explicit empty body: waitress closes the connection after a 204 (no
         # Content-Length), which would cost a new TCP connection per message.
-        resp.status = falcon.HTTP_202
-        resp.data = b""
+        return 202, b""
+
+    def direct(self, request: DirectRequest) -> DirectReply:
+        status, answer = self.handle(request.body)
+        return DirectReply(status, answer, OCTET_STREAM if answer else None)
+
+
+class _MessageResource:
+    def __init__(self, messages: RaftMessages) -> None:
+        self._messages = messages
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        status, answer = self._messages.handle(read_body(req, BODY_BYTES_MAX))
+        resp.status = falcon.code_to_http_status(status)
+        if answer:
+            resp.content_type = OCTET_STREAM
+        resp.data = answer
 
 
 class _StatusResource:
@@ -206,6 +231,23 @@ class _StatusResource:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         resp.media = dict(self._status())
+
+
+def _message_routes(
+    node_id: str,
+    digest: str,
+    deliver: Callable[[Message], None],
+    mismatches: RateLimitedLog | None,
+    deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
+    reply_wait_s: float,
+) -> dict[str, RaftMessages]:
+    refused = mismatches or mismatch_log()
+    return {
+        path: RaftMessages(
+            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s
+        )
+        for path, kinds in ((APPEND_PATH, APPEND_KINDS), (VOTE_PATH, VOTE_KINDS))
+    }
 
 
 def create_raft_app(
@@ -219,31 +261,71 @@ def create_raft_app(
     deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
     reply_wait_s: float = REPLY_WAIT_S,
 ) -> falcon.App:
-    """The cluster-port WSGI app. ``credentials`` maps every role this process knows to its
-    token (so they can be told apart in the audit log); only the ``cluster`` role is accepted.
+    """The cluster-port routes as a WSGI app (for ``HttpServer``; a voter serves them with
+    ``raft_listener``). ``credentials`` maps every role this process knows to its token (so
+    they can be told apart in the audit log); only the ``cluster`` role is accepted.
 
     With ``deliver_with_reply`` (the driver's ``deliver``), votes, appends and heartbeats wait
     for their answer and return it in the response; without it every message gets ``202``."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
-    refused = mismatches or mismatch_log()
-
-    def resource(kinds: tuple[type, ...]) -> _MessageResource:
-        return _MessageResource(
-            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s
-        )
-
-    routes = {
-        APPEND_PATH: resource(APPEND_KINDS),
-        VOTE_PATH: resource(VOTE_KINDS),
-        STATUS_PATH: _StatusResource(status),
-    }
+    messages = _message_routes(
+        node_id, digest, deliver, mismatches, deliver_with_reply, reply_wait_s
+    )
+    routes: dict[str, Any] = {path: _MessageResource(m) for path, m in messages.items()}
+    routes[STATUS_PATH] = _StatusResource(status)
     return create_app(
         routes=routes,
         credentials=credentials,
         accepted_roles={"cluster"},
         body_bytes_max=BODY_BYTES_MAX,
         surface="raft",
+    )
+
+
+def raft_listener(
+    *,
+    node_id: str,
+    digest: str,
+    deliver: Callable[[Message], None],
+    status: Callable[[], Mapping[str, Any]],
+    credentials: Mapping[str, Secret | str | None],
+    host: str,
+    port: int,
+    name: str,
+    deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
+    reply_wait_s: float = REPLY_WAIT_S,
+    ssl_context: ssl.SSLContext | None = None,
+    peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
+    connection_limit: int = CLUSTER_CONNECTIONS_MAX,
+    policy: ConnectionPolicy | None = None,
+) -> DirectServer:
+    """The cluster listener of a voter: the same routes and rules as ``create_raft_app``,
+    served by a ``DirectServer`` (each connection on its own thread: a peer's message costs one
+    thread wake-up on the way in, not three; appliance/http/direct_server.py). Not started."""
+    if credentials.get("cluster") is None:
+        raise ValueError("the raft surface needs a 'cluster' credential")
+    messages = _message_routes(node_id, digest, deliver, None, deliver_with_reply, reply_wait_s)
+
+    def status_route(request: DirectRequest) -> DirectReply:
+        body = json.dumps(dict(status()), separators=(",", ":")).encode("utf-8")
+        return DirectReply(200, body, "application/json")
+
+    routes: dict[str, dict[str, Handler]] = {
+        path: {"POST": m.direct} for path, m in messages.items()
+    }
+    routes[STATUS_PATH] = {"GET": status_route}
+    return DirectServer(
+        routes,
+        gate=BearerAuth(credentials, {"cluster"}, surface="raft"),
+        host=host,
+        port=port,
+        name=name,
+        body_bytes_max=BODY_BYTES_MAX,
+        connection_limit=connection_limit,
+        policy=policy,
+        ssl_context=ssl_context,
+        peer_check=peer_check,
     )
 
 

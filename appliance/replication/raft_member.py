@@ -1,11 +1,11 @@
 """A voter's Raft membership wired from its runner config: what ``appliance runner`` starts.
 
 One object owns the three moving parts and starts/stops them in a safe order: the cluster
-listener (Falcon + waitress on ``advertise_addr:cluster_port``, every route behind the cluster
-bearer), the HTTP transport to the peers (and the probe that tells a follower its leader's
-process is gone), and the replication engine (``single`` when the config
-names no peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` —
-the voter's ``RunnerStore`` in production.
+listener (``raft_listener``, a ``DirectServer`` on ``advertise_addr:cluster_port``, every route
+behind the cluster bearer), the HTTP transport to the peers (and the probe that tells a follower
+its leader's process is gone), and the replication engine (``single`` when the config names no
+peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` — the voter's
+``RunnerStore`` in production.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from typing import Any
 from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
-from appliance.http import HttpClient, HttpServer
+from appliance.http import HttpClient
 from appliance.http.tls import (
     cluster_client_context,
     cluster_listener_context,
     cluster_peer_check,
 )
-from appliance.raft.codec import BODY_BYTES_MAX
 from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, create_raft_app, host_port
+from appliance.raft.transport import HttpTransport, host_port, raft_listener
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
 from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
@@ -106,26 +105,18 @@ class RaftMember:
             members=lambda: configured_members(self.replication.status(), peers),
             remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
         )
-        app = create_raft_app(
+        if self.transport is not None:
+            self.transport.receive_answers(self.replication.deliver)
+        self.server = raft_listener(
             node_id=cfg.node_id,
             digest=contract_digest,
             deliver=self.replication.deliver,
             status=self.status,
             credentials=known,
             deliver_with_reply=self.replication.deliver,
-        )
-        if self.transport is not None:
-            self.transport.receive_answers(self.replication.deliver)
-        self.server = HttpServer(
-            app,
             host=cfg.advertise_addr,
             port=cfg.cluster_port,
             name=f"raft {cfg.node_id}",
-            body_bytes_max=BODY_BYTES_MAX,
-            # Each peer may hold one worker while its request waits for our answer (one
-            # driver cycle); four more serve status reads and one-way messages meanwhile, and
-            # two more leave room for members added at run time.
-            threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
             # Any member's certificate from the cluster CA, genesis or added at run time (the
             # contract digest and the cluster bearer still gate every message).
