@@ -14,8 +14,8 @@ The rules are the shared HTTP layer's (docs/http.md), enforced here by the conne
 
 - the bearer is checked (``BearerAuth.role_for``, constant time) the moment the headers are
   complete, before any body byte is read: a refusal is 401 whatever ``Content-Length``, chunking or
-  ``Expect`` say; then the body cap (413, declared length, before reading); a request without a
-  declared length may not carry a body (``Transfer-Encoding`` → 411);
+  ``Expect`` say; then the body cap (413: a declared length above it before reading, a chunked
+  body the moment it grows past it);
 - every refusal is in the surface's JSON error shape and closes the connection with a draining
   close (our write side shut first, what still arrives dropped unread for ``DRAIN_S``), so the
   client reads the answer rather than a reset; nothing after refused headers is parsed;
@@ -41,16 +41,19 @@ from __future__ import annotations
 
 import _socket
 import contextlib
+import io
 import logging
 import re
 import select
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 from appliance.http.auth import BearerAuth
 from appliance.http.connections import ConnectionPolicy, ListenerCounts
@@ -69,6 +72,10 @@ UPKEEP_S = 1.0  # the acceptor's upkeep (idle connections under pressure) runs t
 IDLE_TIMEOUT_S = 120.0  # a kept-alive connection with no request for this long is closed
 BODY_READ_TIMEOUT_S = 30.0  # an authenticated request's body may pause this long between bytes
 CONNECTION_LIMIT_DEFAULT = 128
+CHUNK_LINE_BYTES_MAX = 4 * KiB  # a chunk-size line (with extensions) or a trailer line
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+PARK_S = 30.0  # a thread whose connection ended waits this long for the next one
+PARKED_MAX = 64  # threads parked at once; more end with their connection
 STOP_TIMEOUT_S = 5.0
 _REASONS = {
     100: "Continue",
@@ -109,6 +116,7 @@ class DirectRequest:
     headers: Mapping[str, str]  # names lower-cased
     body: bytes
     role: str  # the role the bearer proved
+    query: str = ""  # the raw query string, without the "?"
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,14 @@ class _Closed(Exception):
 
 
 @dataclass(eq=False)
+class _Parked:
+    """A thread waiting for its next connection."""
+
+    cond: threading.Condition
+    connection: _Connection | None = None
+
+
+@dataclass(eq=False)
 class _Connection:
     sock: socket.socket
     accepted_at: float
@@ -163,6 +179,7 @@ class DirectServer:
         routes: Mapping[str, Mapping[str, Handler]],
         *,
         gate: BearerAuth,
+        app: Callable[..., Any] | None = None,
         host: str,
         port: int,
         name: str,
@@ -180,6 +197,7 @@ class DirectServer:
             raise ValueError("body_bytes_max must be >= 0")
         self._routes = {path: dict(methods) for path, methods in routes.items()}
         self._gate = gate
+        self._app = app  # a WSGI app for the paths no handler serves
         self._host = host
         self._requested_port = port
         self.name = name
@@ -195,10 +213,46 @@ class DirectServer:
         self._room = threading.Condition(self._lock)  # notified when a connection ends
         self._connections: set[_Connection] = set()
         self._threads: set[threading.Thread] = set()
+        self._parked: list[_Parked] = []  # threads waiting for a connection, newest last
         self._listener: socket.socket | None = None
         self._acceptor: threading.Thread | None = None
         self._port: int | None = None
         self._stopping = False
+
+    @classmethod
+    def for_app(
+        cls,
+        app: Any,
+        *,
+        host: str,
+        port: int,
+        name: str,
+        body_bytes_max: int,
+        connection_limit: int = CONNECTION_LIMIT_DEFAULT,
+        policy: ConnectionPolicy | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
+        error_extra: Mapping[str, Any] | None = None,
+    ) -> DirectServer:
+        """A surface built with ``create_app`` (its bearer gate and error fields), served on
+        connection threads instead of waitress; every path goes to the app."""
+        gate = getattr(app, "bearer_gate", None)
+        if gate is None:
+            raise ValueError(f"{name}: the app has no bearer gate (build it with create_app)")
+        return cls(
+            {},
+            gate=gate,
+            app=app,
+            host=host,
+            port=port,
+            name=name,
+            body_bytes_max=body_bytes_max,
+            connection_limit=connection_limit,
+            policy=policy,
+            ssl_context=ssl_context,
+            peer_check=peer_check,
+            error_extra=error_extra if error_extra is not None else getattr(app, "error_extra", {}),
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -248,6 +302,8 @@ class DirectServer:
                 return
             self._stopping = True
             self._room.notify_all()
+            for slot in self._parked:
+                slot.cond.notify()
             connections = list(self._connections)
         with contextlib.suppress(OSError):
             listener.shutdown(socket.SHUT_RDWR)  # wakes the acceptor out of accept()
@@ -344,20 +400,54 @@ class DirectServer:
             connection.interrupt()
 
     def _adopt(self, sock: socket.socket) -> None:
+        """Hand the new connection to a parked thread (the most recently parked: the warmest),
+        or start one when none is parked."""
         now = time.monotonic()
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         connection = _Connection(sock, accepted_at=now, since=now)
-        thread = threading.Thread(
-            target=self._serve, args=(connection,), name=f"http-{self.name}-conn", daemon=True
-        )
         with self._lock:
             if self._stopping:
                 sock.close()
                 return
             self._connections.add(connection)
+            if self._parked:
+                slot = self._parked.pop()
+                slot.connection = connection
+                slot.cond.notify()
+                return
+            thread = threading.Thread(
+                target=self._run_thread,
+                args=(connection,),
+                name=f"http-{self.name}-conn",
+                daemon=True,
+            )
             self._threads.add(thread)
         thread.start()
+
+    def _run_thread(self, connection: _Connection | None) -> None:
+        """Serve connections one after another: a thread whose connection ended parks for
+        ``PARK_S`` and takes the next one the acceptor hands it (a fresh connection per request,
+        as the worker's permit request makes, then costs no thread start)."""
+        try:
+            while connection is not None:
+                self._serve(connection)
+                connection = self._park()
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+
+    def _park(self) -> _Connection | None:
+        with self._lock:
+            if self._stopping or len(self._parked) >= PARKED_MAX:
+                return None
+            slot = _Parked(threading.Condition(self._lock))
+            self._parked.append(slot)
+            slot.cond.wait_for(lambda: slot.connection is not None or self._stopping, PARK_S)
+            if slot.connection is None:  # nothing came (or stopping): this thread ends
+                with contextlib.suppress(ValueError):
+                    self._parked.remove(slot)
+            return slot.connection
 
     def _set_state(self, connection: _Connection, state: str) -> None:
         with self._lock:
@@ -390,7 +480,6 @@ class DirectServer:
                 connection.sock.close()
             with self._room:
                 self._connections.discard(connection)
-                self._threads.discard(threading.current_thread())
                 self._room.notify_all()
 
     def _handshake(self, connection: _Connection) -> None:
@@ -476,7 +565,7 @@ class DirectServer:
         """Read, authenticate, run and answer one request; True to keep the connection."""
         head = self._read_head(connection, deadline)
         self._set_state(connection, "holding")
-        method, path, version, headers = _parse_head(head)
+        method, path, query, version, headers = _parse_head(head)
         role = self._gate.role_for(headers.get("authorization"), method, path)
         if role is None:
             raise _Refusal(
@@ -485,25 +574,63 @@ class DirectServer:
                 "a valid bearer credential is required",
                 (("WWW-Authenticate", "Bearer"),),
             )
-        if "transfer-encoding" in headers:
-            raise _Refusal(411, "length_required", "a Content-Length is required")
-        length = _content_length(headers)
+        chunked = _chunked(headers)
+        length = 0 if chunked else _content_length(headers)
         if length > self.body_bytes_max:
-            raise _Refusal(
-                413, "body_too_large", f"request body exceeds {self.body_bytes_max} bytes"
-            )
+            raise self._too_large()
         keep = _keeps_alive(version, headers)
         if (
-            length
+            (length or chunked)
             and version == "HTTP/1.1"
             and headers.get("expect", "").lower() == "100-continue"
-            and len(connection.buffer) < length
+            and (chunked or len(connection.buffer) < length)
         ):
             connection.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = self._read_body(connection, length)
-        reply = self._dispatch(DirectRequest(method, path, headers, body, role))
+        body = self._read_chunked(connection) if chunked else self._read_body(connection, length)
+        request = DirectRequest(method, path, headers, body, role, query)
+        reply = self._dispatch(request, connection)
         connection.sock.sendall(_render(reply, keep, self._error_extra))
         return keep
+
+    def _too_large(self) -> _Refusal:
+        return _Refusal(413, "body_too_large", f"request body exceeds {self.body_bytes_max} bytes")
+
+    def _read_line(self, connection: _Connection) -> bytes:
+        """One CRLF-terminated line of a chunked body (at most ``CHUNK_LINE_BYTES_MAX``)."""
+        buffer = connection.buffer
+        while (end := buffer.find(b"\r\n")) < 0:
+            if len(buffer) > CHUNK_LINE_BYTES_MAX:
+                raise _bad()
+            try:
+                buffer += self._recv(connection, BODY_READ_TIMEOUT_S)
+            except (TimeoutError, OSError):
+                raise _Closed() from None
+        if end > CHUNK_LINE_BYTES_MAX:
+            raise _bad()
+        line = bytes(buffer[:end])
+        del buffer[: end + 2]
+        return line
+
+    def _read_chunked(self, connection: _Connection) -> bytes:
+        """A ``Transfer-Encoding: chunked`` body, refused (413) the moment it exceeds the cap;
+        chunk extensions and trailers are read and ignored."""
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size_text = self._read_line(connection).split(b";", 1)[0].strip()
+            if not size_text or len(size_text) > 16 or not all(c in _HEX for c in size_text):
+                raise _bad()
+            size = int(size_text, 16)
+            if size == 0:
+                while self._read_line(connection):  # trailers, up to the empty line
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > self.body_bytes_max:
+                raise self._too_large()
+            parts.append(self._read_body(connection, size))
+            if self._read_line(connection):  # each chunk's data ends with a bare CRLF
+                raise _bad()
 
     def _read_body(self, connection: _Connection, length: int) -> bytes:
         buffer = connection.buffer
@@ -516,9 +643,11 @@ class DirectServer:
         del buffer[:length]
         return body
 
-    def _dispatch(self, request: DirectRequest) -> DirectReply:
+    def _dispatch(self, request: DirectRequest, connection: _Connection) -> DirectReply:
         methods = self._routes.get(request.path)
         if methods is None:
+            if self._app is not None:
+                return self._call_app(request, connection)
             return _error_reply(404, "not_found", "not found", self._error_extra)
         handler = methods.get(request.method)
         if handler is None:
@@ -542,6 +671,38 @@ class DirectServer:
         except Exception:
             log.exception("%s: %s %s failed", self.name, request.method, request.path)
             return _error_reply(500, "internal_error", "internal server error", self._error_extra)
+
+    def _call_app(self, request: DirectRequest, connection: _Connection) -> DirectReply:
+        """Run the WSGI app for a path no handler serves (its own middleware checks the bearer
+        again, as under waitress); its answer as a ``DirectReply``."""
+        environ = _environ(request, connection.sock, self._host, self._port, self.ssl_context)
+        started: list[Any] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
+            started[:] = [status, headers]
+            return lambda data: None  # the legacy write(): no app of ours uses it
+
+        try:
+            result = self._app(environ, start_response)  # type: ignore[misc]
+            try:
+                body = b"".join(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception:
+            log.exception("%s: %s %s failed", self.name, request.method, request.path)
+            return _error_reply(500, "internal_error", "internal server error", self._error_extra)
+        status_line, app_headers = started
+        content_type = None
+        kept = []
+        for name, value in app_headers:
+            lowered = name.lower()
+            if lowered == "content-type":
+                content_type = value
+            elif lowered not in _FRAMING_HEADERS:
+                kept.append((name, value))
+        return DirectReply(int(status_line[:3]), body, content_type, tuple(kept))
 
     def _refuse(self, connection: _Connection, refusal: _Refusal) -> None:
         """Answer the refusal, shut our write side, drop what still comes, then close."""
@@ -575,8 +736,50 @@ class DirectServer:
             drained += len(data)
 
 
-def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, path, version, headers with lower-cased names), or a 400 refusal."""
+_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
+
+
+def _environ(
+    request: DirectRequest,
+    sock: socket.socket,
+    host: str,
+    port: int | None,
+    ssl_context: ssl.SSLContext | None,
+) -> dict[str, Any]:
+    """A WSGI environ (PEP 3333) for ``request``."""
+    try:
+        peer = sock.getpeername()
+    except OSError:
+        peer = ("", 0)
+    environ: dict[str, Any] = {
+        "REQUEST_METHOD": request.method,
+        "SCRIPT_NAME": "",
+        "PATH_INFO": unquote_to_bytes(request.path).decode("latin-1"),
+        "QUERY_STRING": request.query,
+        "SERVER_NAME": host,
+        "SERVER_PORT": str(port or 0),
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": str(peer[0]),
+        "REMOTE_PORT": str(peer[1]),
+        "wsgi.version": (1, 0),
+        "wsgi.url_scheme": "https" if ssl_context is not None else "http",
+        "wsgi.input": io.BytesIO(request.body),
+        "wsgi.errors": sys.stderr,
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": False,
+        "wsgi.run_once": False,
+        "CONTENT_LENGTH": str(len(request.body)),
+    }
+    for name, value in request.headers.items():
+        if name == "content-type":
+            environ["CONTENT_TYPE"] = value
+        elif name != "content-length":
+            environ["HTTP_" + name.upper().replace("-", "_")] = value
+    return environ
+
+
+def _parse_head(head: bytes) -> tuple[str, str, str, str, dict[str, str]]:
+    """(method, path, query, version, headers with lower-cased names), or a 400 refusal."""
     try:
         text = head.decode("latin-1")
     except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
@@ -590,7 +793,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
         raise _bad()
     if not target.startswith("/"):
         raise _bad()
-    path = target.split("?", 1)[0]
+    path, _, query = target.partition("?")
     headers: dict[str, str] = {}
     for line in lines:
         name, colon, value = line.partition(":")
@@ -606,7 +809,7 @@ def _parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
                 raise _bad()  # two lengths, two credentials: ambiguous for any two parsers
         else:
             headers[key] = f"{known}, {value}"
-    return method, path, version, headers
+    return method, path, query, version, headers
 
 
 def _is_token(text: str) -> bool:
@@ -615,6 +818,17 @@ def _is_token(text: str) -> bool:
 
 def _bad() -> _Refusal:
     return _Refusal(400, "bad_request", "malformed HTTP request")
+
+
+def _chunked(headers: Mapping[str, str]) -> bool:
+    """True for ``Transfer-Encoding: chunked``; any other coding (or chunked with a length,
+    which two parsers could read two ways) is a 400."""
+    coding = headers.get("transfer-encoding")
+    if coding is None:
+        return False
+    if coding.strip().lower() != "chunked" or "content-length" in headers:
+        raise _bad()
+    return True
 
 
 def _content_length(headers: Mapping[str, str]) -> int:

@@ -11,15 +11,18 @@ import threading
 import time
 from collections.abc import Iterator
 
+import falcon
 import pytest
 
 from appliance.config.credentials import Secret
+from appliance.http.app import create_app
 from appliance.http.auth import BearerAuth
 from appliance.http.client import HttpClient
 from appliance.http.connections import ConnectionPolicy
 from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer
 from appliance.http.errors import ApiError
 from appliance.http.gate import HEADER_BYTES_MAX
+from appliance.http.limits import read_body
 from appliance.http.server import AddressInUse
 
 TOKEN = "direct-token-1234"
@@ -318,18 +321,74 @@ def test_an_ambiguous_length_is_400(lengths):
     assert handlers.bodies == []
 
 
-def test_a_chunked_body_with_a_valid_bearer_is_411():
+def chunked(body: bytes, pieces: int = 3, *, extra: str = "") -> bytes:
+    head = (
+        f"POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
+        f"Transfer-Encoding: chunked\r\n{extra}\r\n"
+    ).encode()
+    step = max(1, len(body) // pieces)
+    out = b""
+    for at in range(0, len(body), step):
+        piece = body[at : at + step]
+        out += f"{len(piece):x};ext=1\r\n".encode() + piece + b"\r\n"
+    return head + out + b"0\r\nX-Trailer: t\r\n\r\n"
+
+
+def test_a_chunked_body_is_read_whole_and_capped_exactly():
+    server, handlers = make_server()
+    with server:
+        sock = connect(server.port, chunked(b"c" * CAP))
+        try:
+            status, _, body = read_response(sock)
+            assert status == 200
+            assert json.loads(body)["length"] == CAP
+            sock.sendall(chunked(b"c" * 10))  # the connection is kept: the next one reads fine
+            assert json.loads(read_response(sock)[2])["length"] == 10
+            sock.sendall(chunked(b"c" * (CAP + 1)))
+            status, _, body = read_response(sock)
+            assert status == 413
+            assert json.loads(body)["error"]["code"] == "body_too_large"
+            assert closed_by_server(sock, 2.0)
+        finally:
+            sock.close()
+    assert [len(b) for b in handlers.bodies] == [CAP, 10]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"zz\r\nabc\r\n0\r\n\r\n",  # not a hex size
+        b"3\r\nabcdef\r\n0\r\n\r\n",  # more data than the size said
+    ],
+)
+def test_a_malformed_chunked_body_is_400(raw):
     server, handlers = make_server()
     with server:
         head = (
             f"POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n"
-            "Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
-        )
-        sock = connect(server.port, head.encode())
+            "Transfer-Encoding: chunked\r\n\r\n"
+        ).encode()
+        sock = connect(server.port, head + raw)
         try:
-            status, _, body = read_response(sock)
-            assert status == 411
-            assert json.loads(body)["error"]["code"] == "length_required"
+            assert read_response(sock)[0] == 400
+        finally:
+            sock.close()
+    assert handlers.bodies == []
+
+
+@pytest.mark.parametrize(
+    "framing",
+    ["Transfer-Encoding: gzip\r\n", "Transfer-Encoding: chunked\r\nContent-Length: 3\r\n"],
+)
+def test_another_coding_or_chunked_with_a_length_is_400(framing):
+    server, handlers = make_server()
+    with server:
+        head = (
+            f"POST /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n{framing}\r\n"
+        ).encode()
+        sock = connect(server.port, head + b"abc")
+        try:
+            assert read_response(sock)[0] == 400
         finally:
             sock.close()
     assert handlers.bodies == []
@@ -497,6 +556,7 @@ def test_when_every_connection_holds_a_request_the_newcomer_waits_for_one_to_fin
                 newcomer.settimeout(0.5)
                 with pytest.raises(TimeoutError):
                     newcomer.recv(1)  # still in the backlog: not accepted, not refused
+                assert server.connection_counts.evicted_for_room == 0  # the holder stayed
                 handlers.release.set()
                 assert read_response(holder)[0] == 200
                 holder.close()
@@ -508,7 +568,6 @@ def test_when_every_connection_holds_a_request_the_newcomer_waits_for_one_to_fin
         finally:
             handlers.release.set()
             holder.close()
-    assert server.connection_counts.evicted_for_room == 0
 
 
 def test_stop_closes_connections_and_is_idempotent():
@@ -548,3 +607,95 @@ def test_limits_are_validated():
         )
     with pytest.raises(ValueError, match="body_bytes_max"):
         DirectServer({}, gate=gate, host="127.0.0.1", port=0, name="x", body_bytes_max=-1)
+
+
+# -- a Falcon app served on connection threads (DirectServer.for_app) ---------------------------
+
+
+class Items:
+    """GET echoes the query parameter and the role; POST counts the body (through read_body)."""
+
+    def on_get(self, req, resp):
+        resp.media = {"floor": req.get_param("retained_through"), "role": req.context.auth_role}
+
+    def on_post(self, req, resp):
+        resp.status = falcon.HTTP_202
+        resp.media = {"bytes": len(read_body(req, CAP))}
+
+
+class Boom:
+    def on_get(self, req, resp):
+        raise RuntimeError("secret internal detail")
+
+
+def make_app_server(**kwargs) -> DirectServer:
+    app = create_app(
+        routes={"/items": Items(), "/boom": Boom()},
+        credentials={"worker": Secret(TOKEN), "operator": Secret(OTHER)},
+        accepted_roles={"worker"},
+        body_bytes_max=CAP,
+        surface="test",
+        error_extra={"protocol": 1},
+    )
+    return DirectServer.for_app(
+        app, host="127.0.0.1", port=0, name="app", body_bytes_max=CAP, **kwargs
+    )
+
+
+def test_a_falcon_app_is_served_with_its_routes_query_and_errors(http):
+    with make_app_server() as server:
+        base = f"http://127.0.0.1:{server.port}"
+        got = http.get(f"{base}/items?retained_through=42", bearer=TOKEN)
+        assert got.status == 200
+        assert got.json() == {"floor": "42", "role": "worker"}
+        posted = http.post(f"{base}/items", b"z" * CAP, bearer=TOKEN)
+        assert posted.status == 202
+        assert posted.json() == {"bytes": CAP}
+        missing = http.get(f"{base}/nowhere", bearer=TOKEN)
+        assert missing.status == 404
+        assert missing.json()["protocol"] == 1  # the app's own error shape
+        broken = http.get(f"{base}/boom", bearer=TOKEN)
+        assert broken.status == 500
+        assert b"secret" not in broken.body
+        refused = http.get(f"{base}/items", bearer=OTHER)  # a known role this surface refuses
+        assert refused.status == 401
+        assert refused.json() == {
+            "protocol": 1,
+            "error": {"code": "unauthorized", "message": "a valid bearer credential is required"},
+        }
+
+
+def test_a_fresh_connection_per_request_reuses_a_parked_thread(http):
+    seen: list[int] = []
+
+    class Who:
+        def on_get(self, req, resp):
+            seen.append(threading.get_ident())
+            resp.media = {}
+
+    app = create_app(
+        routes={"/who": Who()},
+        credentials={"worker": Secret(TOKEN)},
+        accepted_roles={"worker"},
+        body_bytes_max=CAP,
+        surface="test",
+    )
+    with DirectServer.for_app(
+        app, host="127.0.0.1", port=0, name="app", body_bytes_max=CAP
+    ) as server:
+        for _ in range(5):
+            response = http.get(
+                f"http://127.0.0.1:{server.port}/who", bearer=TOKEN, fresh_connection=True
+            )
+            assert response.status == 200
+            deadline = time.monotonic() + 2
+            while server.open_connections():  # the client closed; its thread parks again
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+    assert len(seen) == 5
+    assert len(set(seen)) == 1  # one thread served all five connections, one after another
+
+
+def test_for_app_needs_an_app_with_a_bearer_gate():
+    with pytest.raises(ValueError, match="bearer gate"):
+        DirectServer.for_app(falcon.App(), host="127.0.0.1", port=0, name="bare", body_bytes_max=1)
