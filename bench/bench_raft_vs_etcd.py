@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 ENV = {"ADMISSION_TOKEN": "a" * 24, "CLUSTER_TOKEN": "c" * 24, "WORKER_TOKEN": "w" * 24}
+BENCH_TOKEN = "b" * 24  # the bench client endpoint's bearer (a baseline voter's ignores it)
 IDS = ["n1", "n2", "n3"]
 START_TIMEOUT_S = 30.0
 FAILOVER_TIMEOUT_S = 30.0
@@ -94,10 +95,15 @@ def serve_bench_client(
 ) -> Any:
     """The bench-only client endpoint of a voter process: ``POST /propose`` (answer once the
     body is committed and applied; 421 when not leader), ``POST /load`` (proposers as threads
-    inside this process, as the runner proposes: no client hop) and ``GET /status``."""
+    inside this process, as the runner proposes: no client hop) and ``GET /status``.
+
+    Served the way the appliance serves the one client-facing request that waits for a commit,
+    the admission route: a ``create_app`` surface (bearer ``BENCH_TOKEN``) on a
+    ``DirectServer`` (appliance/http/direct_server.py)."""
     import falcon
 
-    from appliance.http import HttpServer
+    from appliance.http import create_app
+    from appliance.http.direct_server import DirectServer
 
     class Propose:
         def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
@@ -147,17 +153,21 @@ def serve_bench_client(
         def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
             resp.media = status()
 
-    app = falcon.App()
-    app.add_route("/propose", Propose())
-    app.add_route("/status", Status())
-    app.add_route("/load", Load())
-    return HttpServer(
-        app,
-        host="127.0.0.1",
-        port=client_port,
-        name="bench client",
+    class Threads:
+        """Thread id -> thread name (bench_commit_cost.py reports CPU per thread)."""
+
+        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+            resp.media = {str(t.native_id): t.name for t in threading.enumerate()}
+
+    app = create_app(
+        routes={"/propose": Propose(), "/status": Status(), "/load": Load(), "/threads": Threads()},
+        credentials={"bench": BENCH_TOKEN},
+        accepted_roles={"bench"},
         body_bytes_max=65536,
-        threads=16,
+        surface="bench client",
+    )
+    return DirectServer.for_app(
+        app, host="127.0.0.1", port=client_port, name="bench client", body_bytes_max=65536
     )
 
 
@@ -349,7 +359,11 @@ class RaftCluster(Cluster):
 
         try:
             response = client.request(
-                "POST", self.url(name, "/propose"), body=value, read_timeout_ms=timeout_ms
+                "POST",
+                self.url(name, "/propose"),
+                body=value,
+                read_timeout_ms=timeout_ms,
+                bearer=BENCH_TOKEN,
             )
         except ClientError:
             return False
@@ -361,7 +375,7 @@ class RaftCluster(Cluster):
     def load(self, client: Any, name: str, proposers: int, count: int) -> dict[str, Any] | None:
         body = json.dumps({"proposers": proposers, "count": count}).encode()
         response = client.request(
-            "POST", self.url(name, "/load"), body=body, read_timeout_ms=120_000
+            "POST", self.url(name, "/load"), body=body, read_timeout_ms=120_000, bearer=BENCH_TOKEN
         )
         if response.status != 200:
             raise RuntimeError(f"{self.label}: in-process load failed: {response.status}")
@@ -373,7 +387,7 @@ class RaftCluster(Cluster):
 
         for name in self.procs:
             try:
-                response = client.get(self.url(name, "/status"))
+                response = client.get(self.url(name, "/status"), bearer=BENCH_TOKEN)
             except ClientError:
                 continue
             if response.status == 200 and response.json().get("role") == "leader":
@@ -384,7 +398,7 @@ class RaftCluster(Cluster):
         from appliance.http import ClientError
 
         try:
-            response = client.get(self.url(name, "/status"))
+            response = client.get(self.url(name, "/status"), bearer=BENCH_TOKEN)
         except ClientError:
             return False
         if response.status != 200:
