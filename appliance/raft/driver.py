@@ -304,7 +304,8 @@ class RaftDriver:
 
     def status(self) -> NodeStatus:
         with self._lock:
-            return self._status
+            fields = self._status
+        return NodeStatus(*fields)
 
     # -- the driver thread ---------------------------------------------------------------------
 
@@ -688,27 +689,30 @@ class RaftDriver:
             )
         return cached[3]
 
-    def _snapshot(self) -> NodeStatus:
+    def _snapshot(self) -> tuple[Any, ...]:
+        """The status fields as of now, as a plain tuple (``NodeStatus``'s order): taken after
+        every cycle, so it stays cheap; ``status()`` builds the ``NodeStatus`` when asked."""
         node = self._node
+        log_ = node.log
         configuration, member_status = self._membership_view()
-        return NodeStatus(
-            node_id=node.id,
-            role=node.role.value,
-            term=node.term,
-            leader_id=node.leader_id,
-            commit_index=node.commit_index,
-            applied_index=node.applied_index,
-            last_log_index=node.last_index,
-            recovering=node.recovering,
-            snapshot_index=node.log.snapshot_index,
-            snapshot_term=node.log.snapshot_term,
-            compactions=self.compactions,
-            snapshots_installed=self.snapshots_installed,
-            snapshot_at_s=self._snapshot_at_s,
-            configuration=configuration,
-            config_index=node.config_index,
-            config_change_pending=node.config_change_pending,
-            member_status=member_status,
+        return (
+            node.id,
+            node.role.value,
+            node.term,
+            node.leader_id,
+            log_.commit,
+            log_.applied,
+            log_.last_index(),
+            node.recovering,
+            log_.snapshot_index,
+            log_.snapshot_term,
+            self.compactions,
+            self.snapshots_installed,
+            self._snapshot_at_s,
+            configuration,
+            node.config_index,
+            node.config_change_pending,
+            member_status,
         )
 
     def _die(self, exc: BaseException) -> None:
