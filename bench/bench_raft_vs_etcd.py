@@ -95,79 +95,75 @@ def serve_bench_client(
 ) -> Any:
     """The bench-only client endpoint of a voter process: ``POST /propose`` (answer once the
     body is committed and applied; 421 when not leader), ``POST /load`` (proposers as threads
-    inside this process, as the runner proposes: no client hop) and ``GET /status``.
+    inside this process, as the runner proposes: no client hop), ``GET /status`` and
+    ``GET /threads``.
 
-    Served the way the appliance serves the one client-facing request that waits for a commit,
-    the admission route: a ``create_app`` surface (bearer ``BENCH_TOKEN``) on a
-    ``DirectServer`` (appliance/http/direct_server.py)."""
-    import falcon
+    Plain handlers on a ``DirectServer`` (appliance/http/direct_server.py, bearer
+    ``BENCH_TOKEN``), as a voter serves its cluster port: the appliance has no client API that
+    proposes, so this stands for the leanest one it could have, next to etcd's gateway."""
+    from appliance.config.credentials import Secret
+    from appliance.http.auth import BearerAuth
+    from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer
 
-    from appliance.http import create_app
-    from appliance.http.direct_server import DirectServer
+    def on_propose(request: DirectRequest) -> DirectReply:
+        started = time.perf_counter()
+        try:
+            index = propose(request.body)
+        except NotLeaderHere:
+            return DirectReply(421)
+        except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
+            return DirectReply(503, repr(exc).encode())
+        # the commit as the leader itself sees it: without the bench client's HTTP hop
+        inner_ms = (time.perf_counter() - started) * 1000
+        return DirectReply(200, f"{index} {inner_ms:.4f}".encode())
 
-    class Propose:
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            body = req.bounded_stream.read(req.content_length or 0)
-            started = time.perf_counter()
-            try:
-                index = propose(body)
-            except NotLeaderHere:
-                resp.status = falcon.HTTP_421
-                resp.data = b""
-                return
-            except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
-                resp.status = falcon.HTTP_503
-                resp.data = repr(exc).encode()
-                return
-            # the commit as the leader itself sees it: without the bench client's HTTP hop
-            inner_ms = (time.perf_counter() - started) * 1000
-            resp.data = f"{index} {inner_ms:.4f}".encode()
+    def on_load(request: DirectRequest) -> DirectReply:
+        spec = json.loads(request.body)
+        latencies: list[float] = []
+        failed = [0]
 
-    class Load:
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            spec = json.loads(req.bounded_stream.read(req.content_length or 0))
-            latencies: list[float] = []
-            failed = [0]
+        def proposer(p: int) -> None:
+            for n in range(spec["count"]):
+                started = time.perf_counter()
+                try:
+                    propose(b"load-%d-%d" % (p, n))
+                except Exception:
+                    failed[0] += 1
+                    continue
+                latencies.append((time.perf_counter() - started) * 1000)
 
-            def proposer(p: int) -> None:
-                for n in range(spec["count"]):
-                    started = time.perf_counter()
-                    try:
-                        propose(b"load-%d-%d" % (p, n))
-                    except Exception:
-                        failed[0] += 1
-                        continue
-                    latencies.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        count = spec["proposers"]
+        threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed_s = time.perf_counter() - started
+        document = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+        return json_reply(document)
 
-            started = time.perf_counter()
-            count = spec["proposers"]
-            threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed_s = time.perf_counter() - started
-            resp.media = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+    def json_reply(document: Any) -> DirectReply:
+        return DirectReply(200, json.dumps(document).encode(), "application/json")
 
-    class Status:
-        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-            resp.media = status()
-
-    class Threads:
-        """Thread id -> thread name (bench_commit_cost.py reports CPU per thread)."""
-
-        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-            resp.media = {str(t.native_id): t.name for t in threading.enumerate()}
-
-    app = create_app(
-        routes={"/propose": Propose(), "/status": Status(), "/load": Load(), "/threads": Threads()},
-        credentials={"bench": BENCH_TOKEN},
-        accepted_roles={"bench"},
+    routes = {
+        "/propose": {"POST": on_propose},
+        "/load": {"POST": on_load},
+        "/status": {"GET": lambda request: json_reply(status())},
+        # thread id -> name (bench_commit_cost.py reports CPU per thread)
+        "/threads": {
+            "GET": lambda request: json_reply(
+                {str(t.native_id): t.name for t in threading.enumerate()}
+            )
+        },
+    }
+    return DirectServer(
+        routes,
+        gate=BearerAuth({"bench": Secret(BENCH_TOKEN)}, {"bench"}, surface="bench client"),
+        host="127.0.0.1",
+        port=client_port,
+        name="bench client",
         body_bytes_max=65536,
-        surface="bench client",
-    )
-    return DirectServer.for_app(
-        app, host="127.0.0.1", port=client_port, name="bench client", body_bytes_max=65536
     )
 
 
