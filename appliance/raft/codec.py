@@ -124,6 +124,37 @@ def _header(kind: int, digest: str, sender: str, to: str) -> bytes:
     return header
 
 
+class _LastBlock:
+    """The entries most recently encoded, with their bytes, as ONE tuple (read and replaced in
+    one step, so two threads encoding at once never pair one's entries with the other's bytes):
+    a leader sends the same new entries to every follower, so the second append reuses the first
+    one's block. A hit needs the very same ``Entry`` objects (immutable), so the bytes are theirs.
+    """
+
+    last: tuple[tuple[Entry, ...], bytes] = ((), b"")
+
+
+def _entries_block(entries: tuple[Entry, ...]) -> bytes:
+    cached_entries, cached_block = _LastBlock.last
+    if (
+        entries
+        and len(entries) == len(cached_entries)
+        and all(a is b for a, b in zip(entries, cached_entries, strict=True))
+    ):
+        return cached_block
+    payload_bytes = sum(e.payload_bytes for e in entries)
+    if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
+        raise CodecError(f"batch payload {payload_bytes} exceeds {BATCH_PAYLOAD_BYTES_MAX}")
+    parts = []
+    for entry in entries:
+        payload = entry.payload
+        parts += [_ENTRY_HEAD.pack(entry.index, entry.term, len(payload)), payload]
+    block = b"".join(parts)
+    if entries:
+        _LastBlock.last = (entries, block)
+    return block
+
+
 def encode(message: Message, digest: str) -> bytes:
     """Bytes for ``message``, stamped with our contract ``digest``."""
     kind = _KIND_OF.get(type(message))
@@ -144,18 +175,13 @@ def encode(message: Message, digest: str) -> bytes:
         entries = message.entries
         if len(entries) > BATCH_ENTRIES_MAX:
             raise CodecError(f"batch of {len(entries)} entries exceeds {BATCH_ENTRIES_MAX}")
-        payload_bytes = sum(e.payload_bytes for e in entries)
-        if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
-            raise CodecError(f"batch payload {payload_bytes} exceeds {BATCH_PAYLOAD_BYTES_MAX}")
         parts += [
             _u64(message.prev_index, "prev_index"),
             _u64(message.prev_term, "prev_term"),
             _u64(message.commit, "commit"),
             _U32.pack(len(entries)),
+            _entries_block(entries),
         ]
-        for entry in entries:
-            payload = entry.payload
-            parts += [_ENTRY_HEAD.pack(entry.index, entry.term, len(payload)), payload]
     elif isinstance(message, AppendResponse):
         parts += [
             bytes((message.success,)),
