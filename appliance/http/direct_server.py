@@ -521,7 +521,8 @@ class DirectServer:
         if timeout_s <= 0:
             raise TimeoutError
         sock = connection.sock
-        sock.settimeout(timeout_s)
+        if sock.gettimeout() != timeout_s:  # a kept-alive peer's idle wait: set once, not per read
+            sock.settimeout(timeout_s)
         data = sock.recv(RECV_BYTES)
         if not data or connection.closing:
             raise _Closed()
