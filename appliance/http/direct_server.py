@@ -30,33 +30,45 @@ The rules are the shared HTTP layer's (docs/http.md), enforced here by the conne
   lives ``idle_timeout_s``.
 
 A handler gets a ``DirectRequest`` (method, path, lower-cased headers, body, the role the bearer
-proved) and returns a ``DirectReply``; raising ``ApiError`` answers that error, anything else is
-logged and answered 500. Routes are exact paths; an unknown path is 404 and a known path with
-another method 405 — both only after authentication. A handler runs on the connection's thread
-and may block (a Raft append waits for its fsync there); the next request on that connection
-waits for it, as HTTP/1.1 without pipelining would anyway.
+proved) and returns a ``DirectReply`` (both in ``direct_messages.py``, which parses and renders;
+a WSGI app is adapted by ``direct_wsgi.py``); raising ``ApiError`` answers that error, anything
+else is logged and answered 500. Routes are exact paths; an unknown path is 404 and a known path
+with another method 405 — both only after authentication. A handler runs on the connection's
+thread and may block (a Raft append waits for its fsync there); the next request on that
+connection waits for it, as HTTP/1.1 without pipelining would anyway.
 """
 
 from __future__ import annotations
 
 import _socket
 import contextlib
-import io
 import logging
-import re
 import select
 import socket
 import ssl
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 from appliance.http.auth import BearerAuth
 from appliance.http.connections import ConnectionPolicy, ListenerCounts
+from appliance.http.direct_messages import (
+    DirectReply,
+    DirectRequest,
+    Handler,
+    Refusal,
+    bad,
+    chunk_size,
+    content_length,
+    error_reply,
+    is_chunked,
+    keeps_alive,
+    parse_head,
+    render,
+)
+from appliance.http.direct_wsgi import call_app, environ_of
 from appliance.http.errors import ApiError, error_body
 from appliance.http.gate import HEADER_BYTES_MAX
 from appliance.http.server import AddressInUse, ServerError, _bind, raise_open_files_limit
@@ -73,31 +85,9 @@ IDLE_TIMEOUT_S = 120.0  # a kept-alive connection with no request for this long 
 BODY_READ_TIMEOUT_S = 30.0  # an authenticated request's body may pause this long between bytes
 CONNECTION_LIMIT_DEFAULT = 128
 CHUNK_LINE_BYTES_MAX = 4 * KiB  # a chunk-size line (with extensions) or a trailer line
-_HEX = frozenset(b"0123456789abcdefABCDEF")
 PARK_S = 30.0  # a thread whose connection ended waits this long for the next one
 PARKED_MAX = 64  # threads parked at once; more end with their connection
 STOP_TIMEOUT_S = 5.0
-_REASONS = {
-    100: "Continue",
-    200: "OK",
-    202: "Accepted",
-    204: "No Content",
-    400: "Bad Request",
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Content Too Large",
-    421: "Misdirected Request",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-}
-# Headers that must not appear twice (the same Content-Length twice is tolerated).
-_SINGLE_HEADERS = frozenset({"content-length", "authorization", "host", "expect"})
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 token
 
 __all__ = [
     "AddressInUse",
@@ -107,38 +97,6 @@ __all__ = [
     "Handler",
     "ServerError",
 ]
-
-
-@dataclass(frozen=True)
-class DirectRequest:
-    method: str
-    path: str
-    headers: Mapping[str, str]  # names lower-cased
-    body: bytes
-    role: str  # the role the bearer proved
-    query: str = ""  # the raw query string, without the "?"
-
-
-@dataclass(frozen=True)
-class DirectReply:
-    status: int
-    body: bytes = b""
-    content_type: str | None = None
-    headers: tuple[tuple[str, str], ...] = ()
-
-
-Handler = Callable[[DirectRequest], DirectReply]
-
-
-class _Refusal(Exception):
-    """A protocol-level refusal: answered in the JSON shape, then a draining close."""
-
-    def __init__(self, status: int, code: str, message: str, headers: tuple = ()) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers
 
 
 class _Closed(Exception):
@@ -471,7 +429,7 @@ class DirectServer:
                 deadline = time.monotonic() + self.policy.header_deadline_s
         except _Closed:
             pass
-        except _Refusal as refusal:
+        except Refusal as refusal:
             self._refuse(connection, refusal)
         except Exception:
             log.exception("%s: connection failed", self.name)
@@ -544,7 +502,7 @@ class DirectServer:
         searched = 0
         while (end := buffer.find(b"\r\n\r\n", max(0, searched - 3))) < 0:
             if len(buffer) >= HEADER_BYTES_MAX + 4:  # no end within the bound: too long
-                raise _Refusal(
+                raise Refusal(
                     431, "headers_too_large", f"request headers exceed {HEADER_BYTES_MAX} bytes"
                 )
             searched = len(buffer)
@@ -555,7 +513,7 @@ class DirectServer:
             except OSError:
                 raise _Closed() from None
         if end > HEADER_BYTES_MAX:
-            raise _Refusal(
+            raise Refusal(
                 431, "headers_too_large", f"request headers exceed {HEADER_BYTES_MAX} bytes"
             )
         head = bytes(buffer[:end])
@@ -566,20 +524,20 @@ class DirectServer:
         """Read, authenticate, run and answer one request; True to keep the connection."""
         head = self._read_head(connection, deadline)
         self._set_state(connection, "holding")
-        method, path, query, version, headers = _parse_head(head)
+        method, path, query, version, headers = parse_head(head)
         role = self._gate.role_for(headers.get("authorization"), method, path)
         if role is None:
-            raise _Refusal(
+            raise Refusal(
                 401,
                 "unauthorized",
                 "a valid bearer credential is required",
                 (("WWW-Authenticate", "Bearer"),),
             )
-        chunked = _chunked(headers)
-        length = 0 if chunked else _content_length(headers)
+        chunked = is_chunked(headers)
+        length = 0 if chunked else content_length(headers)
         if length > self.body_bytes_max:
             raise self._too_large()
-        keep = _keeps_alive(version, headers)
+        keep = keeps_alive(version, headers)
         if (
             (length or chunked)
             and version == "HTTP/1.1"
@@ -590,24 +548,24 @@ class DirectServer:
         body = self._read_chunked(connection) if chunked else self._read_body(connection, length)
         request = DirectRequest(method, path, headers, body, role, query)
         reply = self._dispatch(request, connection)
-        connection.sock.sendall(_render(reply, keep, self._error_extra))
+        connection.sock.sendall(render(reply, keep, self._error_extra))
         return keep
 
-    def _too_large(self) -> _Refusal:
-        return _Refusal(413, "body_too_large", f"request body exceeds {self.body_bytes_max} bytes")
+    def _too_large(self) -> Refusal:
+        return Refusal(413, "body_too_large", f"request body exceeds {self.body_bytes_max} bytes")
 
     def _read_line(self, connection: _Connection) -> bytes:
         """One CRLF-terminated line of a chunked body (at most ``CHUNK_LINE_BYTES_MAX``)."""
         buffer = connection.buffer
         while (end := buffer.find(b"\r\n")) < 0:
             if len(buffer) > CHUNK_LINE_BYTES_MAX:
-                raise _bad()
+                raise bad()
             try:
                 buffer += self._recv(connection, BODY_READ_TIMEOUT_S)
             except (TimeoutError, OSError):
                 raise _Closed() from None
         if end > CHUNK_LINE_BYTES_MAX:
-            raise _bad()
+            raise bad()
         line = bytes(buffer[:end])
         del buffer[: end + 2]
         return line
@@ -618,10 +576,7 @@ class DirectServer:
         parts: list[bytes] = []
         total = 0
         while True:
-            size_text = self._read_line(connection).split(b";", 1)[0].strip()
-            if not size_text or len(size_text) > 16 or not all(c in _HEX for c in size_text):
-                raise _bad()
-            size = int(size_text, 16)
+            size = chunk_size(self._read_line(connection))
             if size == 0:
                 while self._read_line(connection):  # trailers, up to the empty line
                     pass
@@ -631,7 +586,7 @@ class DirectServer:
                 raise self._too_large()
             parts.append(self._read_body(connection, size))
             if self._read_line(connection):  # each chunk's data ends with a bare CRLF
-                raise _bad()
+                raise bad()
 
     def _read_body(self, connection: _Connection, length: int) -> bytes:
         buffer = connection.buffer
@@ -649,11 +604,11 @@ class DirectServer:
         if methods is None:
             if self._app is not None:
                 return self._call_app(request, connection)
-            return _error_reply(404, "not_found", "not found", self._error_extra)
+            return error_reply(404, "not_found", "not found", self._error_extra)
         handler = methods.get(request.method)
         if handler is None:
             allow = ", ".join(sorted(methods))
-            return _error_reply(
+            return error_reply(
                 405,
                 "method_not_allowed",
                 "method not allowed",
@@ -671,41 +626,21 @@ class DirectServer:
             return DirectReply(status, body, "application/json", extra_headers)
         except Exception:
             log.exception("%s: %s %s failed", self.name, request.method, request.path)
-            return _error_reply(500, "internal_error", "internal server error", self._error_extra)
+            return error_reply(500, "internal_error", "internal server error", self._error_extra)
 
     def _call_app(self, request: DirectRequest, connection: _Connection) -> DirectReply:
         """Run the WSGI app for a path no handler serves (its own middleware checks the bearer
-        again, as under waitress); its answer as a ``DirectReply``."""
-        environ = _environ(request, connection.sock, self._host, self._port, self.ssl_context)
-        started: list[Any] = []
+        again, as under waitress)."""
+        environ = environ_of(request, connection.sock, self._host, self._port, self.ssl_context)
+        return call_app(
+            self._app,  # type: ignore[arg-type]
+            request,
+            environ,
+            name=self.name,
+            error_extra=self._error_extra,
+        )
 
-        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None):
-            started[:] = [status, headers]
-            return lambda data: None  # the legacy write(): no app of ours uses it
-
-        try:
-            result = self._app(environ, start_response)  # type: ignore[misc]
-            try:
-                body = b"".join(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
-        except Exception:
-            log.exception("%s: %s %s failed", self.name, request.method, request.path)
-            return _error_reply(500, "internal_error", "internal server error", self._error_extra)
-        status_line, app_headers = started
-        content_type = None
-        kept = []
-        for name, value in app_headers:
-            lowered = name.lower()
-            if lowered == "content-type":
-                content_type = value
-            elif lowered not in _FRAMING_HEADERS:
-                kept.append((name, value))
-        return DirectReply(int(status_line[:3]), body, content_type, tuple(kept))
-
-    def _refuse(self, connection: _Connection, refusal: _Refusal) -> None:
+    def _refuse(self, connection: _Connection, refusal: Refusal) -> None:
         """Answer the refusal, shut our write side, drop what still comes, then close."""
         reply = DirectReply(
             refusal.status,
@@ -717,7 +652,7 @@ class DirectServer:
         sock = connection.sock
         try:
             sock.settimeout(DRAIN_S)
-            sock.sendall(_render(reply, False, self._error_extra))
+            sock.sendall(render(reply, False, self._error_extra))
             _socket.socket.shutdown(sock, socket.SHUT_WR)
         except OSError:
             return
@@ -735,132 +670,3 @@ class DirectServer:
             if not data:
                 return
             drained += len(data)
-
-
-_FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding", "connection"})
-
-
-def _environ(
-    request: DirectRequest,
-    sock: socket.socket,
-    host: str,
-    port: int | None,
-    ssl_context: ssl.SSLContext | None,
-) -> dict[str, Any]:
-    """A WSGI environ (PEP 3333) for ``request``."""
-    try:
-        peer = sock.getpeername()
-    except OSError:
-        peer = ("", 0)
-    environ: dict[str, Any] = {
-        "REQUEST_METHOD": request.method,
-        "SCRIPT_NAME": "",
-        "PATH_INFO": unquote_to_bytes(request.path).decode("latin-1"),
-        "QUERY_STRING": request.query,
-        "SERVER_NAME": host,
-        "SERVER_PORT": str(port or 0),
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": str(peer[0]),
-        "REMOTE_PORT": str(peer[1]),
-        "wsgi.version": (1, 0),
-        "wsgi.url_scheme": "https" if ssl_context is not None else "http",
-        "wsgi.input": io.BytesIO(request.body),
-        "wsgi.errors": sys.stderr,
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": False,
-        "wsgi.run_once": False,
-        "CONTENT_LENGTH": str(len(request.body)),
-    }
-    for name, value in request.headers.items():
-        if name == "content-type":
-            environ["CONTENT_TYPE"] = value
-        elif name != "content-length":
-            environ["HTTP_" + name.upper().replace("-", "_")] = value
-    return environ
-
-
-def _parse_head(head: bytes) -> tuple[str, str, str, str, dict[str, str]]:
-    """(method, path, query, version, headers with lower-cased names), or a 400 refusal."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise _bad() from None
-    request_line, *lines = text.split("\r\n")
-    parts = request_line.split(" ")
-    if len(parts) != 3:
-        raise _bad()
-    method, target, version = parts
-    if not method or not _is_token(method) or version not in ("HTTP/1.0", "HTTP/1.1"):
-        raise _bad()
-    if not target.startswith("/"):
-        raise _bad()
-    path, _, query = target.partition("?")
-    headers: dict[str, str] = {}
-    for line in lines:
-        name, colon, value = line.partition(":")
-        if not colon or not name or not _is_token(name):
-            raise _bad()  # also an obsolete folded line (it starts with whitespace)
-        key = name.lower()
-        value = value.strip(" \t")
-        known = headers.get(key)
-        if known is None:
-            headers[key] = value
-        elif key in _SINGLE_HEADERS:
-            if key != "content-length" or known != value:
-                raise _bad()  # two lengths, two credentials: ambiguous for any two parsers
-        else:
-            headers[key] = f"{known}, {value}"
-    return method, path, query, version, headers
-
-
-def _is_token(text: str) -> bool:
-    return _TOKEN.fullmatch(text) is not None
-
-
-def _bad() -> _Refusal:
-    return _Refusal(400, "bad_request", "malformed HTTP request")
-
-
-def _chunked(headers: Mapping[str, str]) -> bool:
-    """True for ``Transfer-Encoding: chunked``; any other coding (or chunked with a length,
-    which two parsers could read two ways) is a 400."""
-    coding = headers.get("transfer-encoding")
-    if coding is None:
-        return False
-    if coding.strip().lower() != "chunked" or "content-length" in headers:
-        raise _bad()
-    return True
-
-
-def _content_length(headers: Mapping[str, str]) -> int:
-    declared = headers.get("content-length")
-    if declared is None:
-        return 0
-    if not declared.isdigit() or not declared.isascii():
-        raise _bad()
-    return int(declared)
-
-
-def _keeps_alive(version: str, headers: Mapping[str, str]) -> bool:
-    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
-    if version == "HTTP/1.1":
-        return "close" not in tokens
-    return "keep-alive" in tokens
-
-
-def _error_reply(
-    status: int, code: str, message: str, extra: Mapping[str, Any], headers: tuple = ()
-) -> DirectReply:
-    return DirectReply(status, error_body(code, message, extra=extra), "application/json", headers)
-
-
-def _render(reply: DirectReply, keep: bool, extra: Mapping[str, Any]) -> bytes:
-    """The whole response as one buffer (one ``send``)."""
-    reason = _REASONS.get(reply.status, "Status")
-    lines = [f"HTTP/1.1 {reply.status} {reason}", f"Content-Length: {len(reply.body)}"]
-    if reply.content_type is not None:
-        lines.append(f"Content-Type: {reply.content_type}")
-    lines += [f"{name}: {value}" for name, value in reply.headers]
-    if not keep:
-        lines.append("Connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + reply.body
