@@ -49,7 +49,7 @@ from appliance.core.state_errors import (
     OutstandingLimitReached,
     Paused,
 )
-from appliance.core.state_model import SchedulerState, payload_digest
+from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import (
     DROP_REASONS,
     GROWTH_BYTES_MAX,
@@ -63,6 +63,7 @@ from appliance.core.state_parts import (
     register_part_kind,
 )
 from appliance.core.txn import Txn, _check_instant, register
+from appliance.protocol.v1 import payload_sha256
 
 UPDATE_FIELDS = ("code", "cron", "name", "policy", "timezone")
 CHANGES_MAX = 8  # the newest changes kept in a schedule's history
@@ -177,7 +178,7 @@ def _update_schedule(txn: Txn, cmd: UpdateSchedule) -> bool:
             )
     else:
         kept = needed_kept(txn, schedule)
-    change = Change(cmd.at_s, cmd.fields, payload_digest(cmd.definition.code))
+    change = Change(cmd.at_s, cmd.fields, payload_sha256(cmd.definition.code))
     changes = (*schedule.changes, change)[-CHANGES_MAX:]
     txn.put_schedule(replace(schedule, definition=cmd.definition, kept=kept, changes=changes))
     return True

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.metrics.runner import RunnerMetrics
-from appliance.replication.base import NotLeader, ProposalLost
+from appliance.replication.errors import NotLeader, ProposalLost
 
 
 class DecisionLogTee:

@@ -23,6 +23,12 @@ from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
 from appliance.http import ClientError, HttpClient
+from appliance.metrics.attempt_report import (
+    OUTPUT_BYTES_MAX,
+    attempt_of,
+    attempt_report,
+    occurrence_extras,
+)
 from appliance.metrics.health import HealthInputs, WorkerView, health_document
 from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
@@ -31,12 +37,6 @@ from appliance.owner.binding import execution_id
 from appliance.owner.binding import execution_id as execution_id_of
 from appliance.owner.contract_state import remote_in_force
 from appliance.protocol.v1 import EXECUTIONS_PREFIX
-from appliance.quickstart.attempt_report import (
-    OUTPUT_BYTES_MAX,
-    attempt_of,
-    attempt_report,
-    occurrence_extras,
-)
 from appliance.secret import Secret
 
 T = TypeVar("T")

@@ -21,7 +21,9 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-ENGINE_OUTCOMES: Final = ("completed", "failed", "timed_out", "cancelled", "lost")
+from appliance.protocol.v1 import FINISHED_STATUS_ORDER
+
+ENGINE_OUTCOMES: Final = FINISHED_STATUS_ORDER
 STORE_BUSY_TIMEOUT_MS: Final = 200
 
 

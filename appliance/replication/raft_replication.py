@@ -20,12 +20,15 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from appliance.raft import driver as raft_driver
+from appliance.raft import errors as raft_errors
 from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RaftDriver, RestoreHook, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
 from appliance.raft.reply_slot import ReplySlot
 from appliance.raft.storage import LogStorage
+from appliance.replication import errors
 from appliance.replication.base import ApplyHook, Leadership
 
 
@@ -94,24 +97,24 @@ class RaftReplication:
         self.driver.deliver(message, reply)
 
     def propose(self, command: bytes, *, timeout_s: float) -> Any:
-        return _wait(self.driver.propose(command), timeout_s, "proposal")
+        return _wait(lambda: self.driver.propose(command), timeout_s, "proposal")
 
     def read_barrier(self, *, timeout_s: float) -> int:
-        return int(_wait(self.driver.read_barrier(), timeout_s, "read barrier"))
+        return int(_wait(self.driver.read_barrier, timeout_s, "read barrier"))
 
     def add_learner(self, node_id: str, address: str, *, timeout_s: float) -> None:
         """Leader only: ``node_id`` (cluster listener at ``address``) joins as a learner.
         Raises ``NotLeader``, ``ProposalRefused`` (the reason named), or ``TimeoutError``."""
-        _wait(self.driver.add_learner(node_id, address), timeout_s, "configuration change")
+        _wait(lambda: self.driver.add_learner(node_id, address), timeout_s, "configuration change")
 
     def promote(self, node_id: str, *, timeout_s: float) -> None:
         """Leader only: the learner ``node_id`` becomes a voter (refused until caught up)."""
-        _wait(self.driver.promote(node_id), timeout_s, "configuration change")
+        _wait(lambda: self.driver.promote(node_id), timeout_s, "configuration change")
 
     def remove(self, node_id: str, *, timeout_s: float) -> None:
         """Leader only: remove a voter (this leader too: it hands over once committed) or a
         learner."""
-        _wait(self.driver.remove(node_id), timeout_s, "configuration change")
+        _wait(lambda: self.driver.remove(node_id), timeout_s, "configuration change")
 
     def is_leader(self) -> bool:
         return self._leadership.is_leader
@@ -140,8 +143,26 @@ def single(
     )
 
 
-def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
+def _wait(start: Callable[[], Future[Any]], timeout_s: float, what: str) -> Any:
+    """Start a driver call and wait for its outcome, in the interface's own errors."""
     try:
-        return future.result(timeout=timeout_s)
+        return start().result(timeout=timeout_s)
     except FutureTimeout:
         raise TimeoutError(f"{what} outcome unknown after {timeout_s} s") from None
+    except raft_errors.RaftError as exc:
+        raise _translated(exc) from exc
+
+
+def _translated(exc: raft_errors.RaftError) -> Exception:
+    """The replication interface's error for one of the Raft package's (errors.py says why)."""
+    if isinstance(exc, raft_errors.NotLeader):
+        return errors.NotLeader(exc.leader_hint, str(exc))
+    if isinstance(exc, raft_errors.ProposalRefused | raft_errors.ReadRefused):
+        return errors.ProposalRefused(str(exc))
+    if isinstance(exc, raft_driver.ProposalLost):
+        return errors.ProposalLost(str(exc))
+    if isinstance(exc, raft_driver.Overloaded):
+        return errors.Overloaded(str(exc))
+    if isinstance(exc, raft_driver.DriverStopped):
+        return errors.ReplicationStopped(str(exc))
+    return exc  # an invariant or usage error: a bug, raised as it is

@@ -66,7 +66,8 @@ from appliance.owner.events import (
 from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
-from appliance.replication.base import Leadership, NotLeader, ProposalLost
+from appliance.replication.base import Leadership
+from appliance.replication.errors import NotLeader, ProposalLost
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.membership_commands import (

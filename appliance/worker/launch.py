@@ -50,7 +50,6 @@ consumed" (and its fence provably came first) or "consumed, submitted and receip
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -626,8 +625,7 @@ class LaunchCore:
         return None
 
     def _check_payload(self, binding: v1.Binding, code: str) -> Answer | None:
-        digest = hashlib.sha256(code.encode("utf-8")).hexdigest()
-        if digest != binding.payload_sha256:
+        if v1.payload_sha256(code) != binding.payload_sha256:
             return _error(403, "binding_mismatch", "payload_sha256 is not the SHA-256 of the code")
         return None
 

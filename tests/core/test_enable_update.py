@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.core.binding import payload_sha256
 from appliance.core.command_plans import plan_enable, plan_update
 from appliance.core.definition import DefinitionProblems
 from appliance.core.live_code import KEPT_CODES_MAX, code_for
@@ -28,6 +27,7 @@ from appliance.core.state import (
     list_view,
     needs_commands_reader,
 )
+from appliance.protocol.v1 import payload_sha256
 from tests.core.command_helpers import (
     EVERY_MINUTE,
     MINUTE,

@@ -114,7 +114,7 @@ class CatchingUp:
         self.calls.append(("add_learner", node_id, address))
 
     def promote(self, node_id: str, *, timeout_s: float) -> None:
-        from appliance.raft.errors import ProposalRefused
+        from appliance.replication.errors import ProposalRefused
 
         self.calls.append(("promote", node_id))
         if self.refusals > 0:

@@ -27,10 +27,10 @@ from appliance.core import claims as core_claims
 from appliance.core import live_code, policy_apply, txn
 from appliance.core import state as core
 from appliance.core.occurrence import Occurrence
-from appliance.core.state_model import payload_digest
 from appliance.owner import dispatch_outcome, ownership
 from appliance.owner import owner as owner_module
 from appliance.owner.worker_answers import CancelResult
+from appliance.protocol.v1 import payload_sha256
 from appliance.sim.system import checkers, voter, worker_process, world
 from appliance.sim.system.config import liveness_ms_for
 from appliance.sim.system.world import SystemResult, run_system_seed
@@ -308,7 +308,7 @@ def test_a_claim_with_the_newest_code_after_an_update_is_caught(
     monkeypatch.setattr(
         core_admission,
         "digest_for",
-        lambda schedule, oid: payload_digest(schedule.definition.code),
+        lambda schedule, oid: payload_sha256(schedule.definition.code),
     )
     caught = _first_failure(MUTATION_SEEDS_CODE)
     assert caught is not None, f"no seed of {MUTATION_SEEDS_CODE} caught it"

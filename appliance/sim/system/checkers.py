@@ -38,7 +38,7 @@ from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
 from appliance.core.pause import Resume
 from appliance.core.runner_parts import admission_of
-from appliance.core.state_model import payload_digest
+from appliance.protocol.v1 import payload_sha256
 from appliance.runner.machine import Accepted, Machine, decode_command
 from appliance.worker.memory_store import MemoryDisk
 
@@ -114,7 +114,7 @@ class Ledger:
             record = state.occurrences[oid]
             schedule = state.schedules.get(record.schedule_id)
             if schedule is not None:
-                self.created_digest[oid] = payload_digest(schedule.definition.code)
+                self.created_digest[oid] = payload_sha256(schedule.definition.code)
         if isinstance(command, core.Admit):
             self._check_digest(command.binding.occurrence_id, command.binding.payload_sha256)
         if isinstance(command, core.RunNow):
