@@ -56,7 +56,6 @@ class GatedParser(HTTPRequestParser):
         self.connection_close = True
         return len(data)
 
-
     def _admits(self, gate: Any) -> bool:
         # A surface whose requests may authenticate by more than the bearer (the web console's
         # session cookie, its public login page) judges the whole header block instead.
