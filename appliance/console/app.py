@@ -59,7 +59,11 @@ log = logging.getLogger("appliance.console")
 
 KiB: Final = 1024
 FORM_BYTES_MAX: Final = 8 * KiB
-STATIC_FILES: Final = {"console.css": "text/css", "console.js": "text/javascript"}
+STATIC_FILES: Final = {
+    "console.css": "text/css; charset=utf-8",
+    "console.js": "text/javascript; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 EVENT_RETRY_MS: Final = 2000
 REPLY_TIMEOUT_S: Final = 30.0
 
@@ -353,15 +357,25 @@ class Logout:
 
 
 def own_origin(req: falcon.Request) -> str:
-    return f"{req.scheme}://{req.get_header('Host') or ''}"
+    scheme = "https" if getattr(req.context, "tls", False) else "http"
+    return f"{scheme}://{req.get_header('Host') or ''}"
 
 
 def same_origin(req: falcon.Request, *, required: bool) -> bool:
-    """The request's ``Origin`` is the console's own (absent is refused when ``required``)."""
+    """The request comes from one of the console's own pages.
+
+    ``Origin`` equal to the console's own proves it. Under ``Referrer-Policy: no-referrer`` a
+    browser sends ``Origin: null`` for a form it posts, so for ``null`` (or no ``Origin``) the
+    Fetch Metadata header decides: ``Sec-Fetch-Site: same-origin`` is set by the browser itself
+    (no page can forge it), and anything else — ``cross-site``, ``same-site``, absent — is
+    refused when ``required``.
+    """
     origin = req.get_header("Origin")
-    if origin is None:
-        return not required
-    return origin in (own_origin(req), own_origin(req).replace("http://", "https://", 1))
+    if origin is not None and origin != "null":
+        return origin == own_origin(req)
+    if req.get_header("Sec-Fetch-Site") == "same-origin":
+        return True
+    return origin is None and not required
 
 
 def check_browser_write(
@@ -513,7 +527,7 @@ class Static:
         if content_type is None:
             raise falcon.HTTPNotFound()
         resp.data = resources.files("appliance.console").joinpath("static", name).read_bytes()
-        resp.content_type = f"{content_type}; charset=utf-8"
+        resp.content_type = content_type
         resp.set_header("Cache-Control", "max-age=300")
 
 
@@ -549,7 +563,9 @@ def create_console_app(parts: ConsoleParts) -> ApplianceApp:
         else:
             _html(resp, login_page(renderer, req, "Log in to see this page."), 401)
 
-    guard = ConsoleGuard(parts.credentials, parts.sessions, parts.clock, unauthenticated)
+    guard = ConsoleGuard(
+        parts.credentials, parts.sessions, parts.clock, unauthenticated, tls=parts.tls
+    )
     app = ApplianceApp(middleware=[guard, BodyCap(FORM_BYTES_MAX)])
     app.bearer_gate = ConsoleGate(parts.credentials, parts.sessions, parts.clock)  # type: ignore[assignment]
     app.req_options.auto_parse_form_urlencoded = False

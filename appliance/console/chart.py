@@ -18,6 +18,7 @@ HEIGHT: Final = 110
 PAD_TOP: Final = 8
 PAD_BOTTOM: Final = 4
 GAP: Final = 2
+BAR_SLOT_MAX: Final = 24  # a few runs stay bars, not a wall
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def _series(
     values = [value(p) for p in points]
     top = max([v for v in values if v is not None] or [0])
     scale_max = max(1, top)
-    slot = WIDTH / max(1, len(points))
+    slot = min(BAR_SLOT_MAX, WIDTH / max(1, len(points)))
     usable = HEIGHT - PAD_TOP - PAD_BOTTOM
     bars = []
     for i, (point, v) in enumerate(zip(points, values, strict=True)):

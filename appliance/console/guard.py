@@ -132,7 +132,10 @@ class ConsoleGuard:
         sessions: SessionBook,
         clock: Callable[[], float] = time.time,
         unauthenticated: Callable[[falcon.Request, falcon.Response], None] | None = None,
+        *,
+        tls: bool = False,
     ) -> None:
+        self._tls = tls  # the console's own origin is https:// then
         self._table = table
         self._sessions = sessions
         self._clock = clock
@@ -142,6 +145,7 @@ class ConsoleGuard:
         resp.set_headers(SECURITY_HEADERS)
         resp.set_header("Cache-Control", "no-store")
         req.context.identity = None
+        req.context.tls = self._tls
         if not loopback_host(req.get_header("Host")):
             raise falcon.HTTPError(
                 falcon.HTTP_421, title="misdirected", description="the console answers loopback"

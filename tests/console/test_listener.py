@@ -230,6 +230,19 @@ def test_a_write_from_another_origin_is_refused(browser: Console, origin: str | 
 
 
 @pytest.mark.parametrize(
+    ("site", "status"), [("same-origin", 200), ("cross-site", 403), ("same-site", 403)]
+)
+def test_an_opaque_origin_is_judged_by_fetch_metadata(
+    browser: Console, site: str, status: int
+) -> None:
+    """Under Referrer-Policy: no-referrer a browser posts its forms with ``Origin: null``; the
+    ``Sec-Fetch-Site`` it adds (no page can set it) tells the console's own pages apart."""
+    form = run_now_form(browser, 1)
+    reply = browser.post_form("/actions", form, Origin="null", **{"Sec-Fetch-Site": site})
+    assert reply.status == status
+
+
+@pytest.mark.parametrize(
     "action",
     [
         "acknowledge_stopped",
