@@ -242,9 +242,42 @@ def attempts_with_reports(
             continue
         report = attempt_report(document)
         entry["report"] = report
-        egress = report.get("egress", document.get("egress"))
-        entry["egress"] = egress if isinstance(egress, list) else None
+        entry["egress"] = egress_view(report.get("egress", document.get("egress")))
     return attempts
+
+
+EGRESS_COLUMNS: Final = (
+    "n", "method", "url", "decision", "reason", "credentials", "status", "error",
+    "request_bytes", "response_bytes", "ms",
+)  # fmt: skip
+
+
+def egress_view(value: Any) -> dict[str, Any] | None:
+    """The attempt's ``fetch`` record (the worker's ``egress`` report: ``{"requests": [...],
+    "over_limit", "records_dropped"}``) as table rows; None when the report has none."""
+    if isinstance(value, list):
+        value = {"requests": value}
+    if not isinstance(value, Mapping) or not isinstance(value.get("requests"), list):
+        return None
+    rows = [
+        [_cell(item.get(column)) for column in EGRESS_COLUMNS]
+        for item in value["requests"]
+        if isinstance(item, Mapping)
+    ]
+    return {
+        "columns": EGRESS_COLUMNS,
+        "rows": rows,
+        "over_limit": value.get("over_limit") or 0,
+        "records_dropped": value.get("records_dropped") or 0,
+    }
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
 
 
 class Occurrence(_Page):

@@ -29,6 +29,8 @@ class View:
     def __init__(self, machine: Machine) -> None:
         self.machine = machine
         self.worker = self
+        # execution id -> the worker's document, for the occurrence page (``observe``)
+        self.documents: dict[str, dict[str, Any]] = {}
 
     def read(self, fn: Any) -> Any:
         return self.machine.read(fn)
@@ -37,7 +39,8 @@ class View:
         return time.time()
 
     def observe(self, execution_id: str) -> Any:
-        raise RuntimeError("no worker in this test")
+        document = self.documents.get(execution_id)
+        return ("completed", document) if document is not None else (None, "no such execution")
 
     def health(self) -> dict[str, Any]:
         counts = {"records": 0, "outstanding": 0, "running": 0, "by_state": {}}
