@@ -168,6 +168,7 @@ class Overview(_Page):
                 recent=recent_occurrences(snap),
                 names={sid: s.definition.name for sid, s in snap.schedules.items()},
                 paused_since=snap.paused_since_s,
+                streams=self.parts.pusher,
             ),
         )
 

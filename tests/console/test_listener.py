@@ -361,6 +361,11 @@ def test_a_schedule_created_through_management_is_pushed(voter: Voter) -> None:
 def test_streams_beyond_the_limit_get_503_and_pages_still_answer(voter: Voter) -> None:
     from appliance.console.pusher import STREAMS_MAX_DEFAULT
 
+    def open_now() -> int:
+        page = voter.console().get("/", Authorization=f"Bearer {CONSOLE_TOKEN}").text
+        return int(re.search(r"Live views open on this console: (\d+) of", page)[1])  # type: ignore[index]
+
+    wait_for(lambda: open_now() == 0, "the other tests' streams closed", WAIT_S)
     streams = []
     try:
         for _ in range(STREAMS_MAX_DEFAULT):  # every one takes a slot and holds no thread
@@ -372,6 +377,7 @@ def test_streams_beyond_the_limit_get_503_and_pages_still_answer(voter: Voter) -
         # The listener has 8 threads and 32 streams are open: pages are still served.
         page = voter.console().get("/schedules", Authorization=f"Bearer {CONSOLE_TOKEN}")
         assert page.status == 200
+        assert open_now() == STREAMS_MAX_DEFAULT
     finally:
         for sock in streams:
             sock.close()
