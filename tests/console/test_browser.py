@@ -45,7 +45,7 @@ XSS_CODE = (
 )
 TICKER_CODE = (
     "for (let i = 1; i <= 3; i++) { console.log('tick ' + i); "
-    "const t = Date.now() + 1200; while (Date.now() < t) {} } 'ticked'"
+    "const t = Date.now() + 2000; while (Date.now() < t) {} } 'ticked'"
 )
 
 
@@ -206,7 +206,7 @@ def test_an_occurrences_output_arrives_live(
     logged_in: None, watched: Watched, voter: Voter
 ) -> None:
     page = watched.page
-    for _ in range(5):  # a page opened while its occurrence still runs (3.6 s each)
+    for _ in range(10):  # a page opened while its occurrence still runs (6 s each)
         running_now = wait_for(
             lambda: occurrence_of(voter, 2, "Running"), "a running ticker", WAIT_S
         )
