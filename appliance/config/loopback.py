@@ -72,6 +72,16 @@ def management_section(port: int) -> dict[str, Any]:
     }
 
 
+# The web console's dashboard credential (issue 34): the quickstart writes it; ``cluster init``
+# leaves the console to the operator (it is per node, and off by default).
+CONSOLE_ENV: Final = "APPLIANCE_CONSOLE_TOKEN"
+
+
+def console_section(port: int) -> dict[str, Any]:
+    """The runner's ``console`` object: the loopback web console, read-only (no actions)."""
+    return {"addr": f"{LOOPBACK}:{port}", "bearer_env": CONSOLE_ENV}
+
+
 def admission_url(port: int) -> str:
     return f"http://{LOOPBACK}:{port}"
 

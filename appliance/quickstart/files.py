@@ -3,19 +3,22 @@
 Theory of operation: the first run writes, into the data directory,
 
 - ``credentials.env``: one fresh random token per credential the configs name (admission,
-  cluster, worker, operator, recovery: all distinct), as ``export NAME=value`` lines, mode 0600;
+  cluster, worker, operator, recovery, console: all distinct), as ``export NAME=value`` lines,
+  mode 0600;
 - ``runner.json``: one voter (``single`` replication: no peers), its admission route, a loopback
-  management listener (operator and recovery credentials), the demo schedule as the initial
-  schedule, and ``remote`` pointing at the worker;
+  management listener (operator and recovery credentials), the loopback web console (its own
+  credential, read-only), the demo schedule as the initial schedule, and ``remote`` pointing at
+  the worker;
 - ``worker.json``: the worker's listener and the voter's admission URL.
 
 Later runs reuse these files, because the voter's cluster port, the worker URL (with its port) and
 the grant expiry are part of the sealed contract the store was created with: they cannot move
 without the store refusing to open. So a sealed port that is taken is a clear error (often: the
-quickstart is already running on this data directory). The admission and management ports are
-per-node settings outside the contract: when one of them is taken, a new free port is chosen, both
-configs are rewritten and the change is reported. A credential missing from the file (for example,
-a data directory written by an older version) is generated; credentials are not sealed either.
+quickstart is already running on this data directory). The admission, management and console
+ports are per-node settings outside the contract: when one of them is taken, a new free port is
+chosen, both configs are rewritten and the change is reported. A credential missing from the file
+(for example, a data directory written by an older version) is generated; credentials are not
+sealed either.
 
 The documents are built by ``appliance.config.loopback`` (shared with ``appliance cluster init``);
 this module owns the data directory: its files, free ports and repairs.
@@ -38,6 +41,7 @@ from appliance.config.addresses import AddressError, parse_host_port
 from appliance.config.loopback import (
     LOOPBACK,
     admission_url,
+    console_section,
     fresh_token,
     grant_expiry,
     management_section,
@@ -128,6 +132,11 @@ class Layout:
         return str(self.runner["management"]["addr"])
 
     @property
+    def console_addr(self) -> str | None:
+        console = self.runner.get("console")
+        return None if not isinstance(console, dict) else str(console["addr"])
+
+    @property
     def operator_env(self) -> str:
         return str(self.runner["management"]["bearer_env"])
 
@@ -215,12 +224,14 @@ def _read_legacy(path: Path) -> dict[str, str]:
 def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
     """Every credential variable the two configs name, in a stable order."""
     management = runner.get("management") or {}
+    console = runner.get("console") or {}
     names = [
         runner.get("admission_bearer_env"),
         runner.get("cluster_bearer_env"),
         (runner.get("remote") or {}).get("bearer_env"),
         management.get("bearer_env"),
         management.get("recovery_bearer_env"),
+        console.get("bearer_env"),
         worker.get("bearer_env"),
         worker.get("admission_bearer_env"),
     ]
@@ -228,7 +239,7 @@ def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
 
 
 def _new_configs(data_dir: Path, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
-    cluster_port, admission_port, worker_port, management_port = free_ports(4)
+    cluster_port, admission_port, worker_port, management_port, console_port = free_ports(5)
     remote = remote_section(
         worker_port, grant_expiry(now), session=SESSION, namespace=NAMESPACE, worker_id=WORKER_ID
     )
@@ -242,6 +253,7 @@ def _new_configs(data_dir: Path, now: datetime) -> tuple[dict[str, Any], dict[st
         schedules=[DEMO_SCHEDULE],
         remote=remote,
     )
+    runner["console"] = console_section(console_port)
     worker = worker_document(
         namespace=NAMESPACE,
         worker_id=WORKER_ID,
@@ -302,6 +314,16 @@ def _move_unsealed_ports(runner: dict[str, Any], worker: dict[str, Any]) -> list
             new = free_ports(1)[0]
             management["addr"] = f"{LOOPBACK}:{new}"
             notes.append(f"management port {port} was taken: moved to {new}")
+    console = runner.get("console")
+    if console is None:  # a data directory from before the web console (issue 34)
+        runner["console"] = console_section(free_ports(1)[0])
+        notes.append("added the web console to runner.json")
+    else:
+        port = _port_of(console.get("addr"), "console")
+        if not port_is_free(port):
+            new = free_ports(1)[0]
+            console["addr"] = f"{LOOPBACK}:{new}"
+            notes.append(f"console port {port} was taken: moved to {new}")
     return notes
 
 

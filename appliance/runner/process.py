@@ -183,6 +183,17 @@ class RunnerProcess:
                 store=store,
                 limits=lambda: self.machine.read(lambda st: st.limits),  # amend_limits
             )
+        self.console: Any = None
+        if cfg.console is not None:  # extension (issue 34): the web console
+            from appliance.console import ConsoleService
+
+            self.console = ConsoleService(
+                cfg,
+                credentials,
+                self.runner,
+                observability=None if self.management is None else self.management.observability,
+                store=store,
+            )
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -195,9 +206,12 @@ class RunnerProcess:
         self.runner.start()
         if self.management is not None:
             self.management.start()
+        if self.console is not None:
+            self.console.start()
         self.log.emit(
             "started",
             management_addr=None if self.management is None else str(self.cfg.management.addr),
+            console_url=None if self.console is None else self.console.url,
             cluster_addr=str(self.cfg.own_addr),
             admission_addr=f"{self.admission.host}:{self.admission.port}",
             voters=sorted(self.cfg.voters),
@@ -206,6 +220,8 @@ class RunnerProcess:
 
     def stop(self, drain_s: float = DRAIN_S) -> None:
         # No new operator commands; admission stays up while the loop drains its tasks.
+        if self.console is not None:
+            self.console.stop()
         if self.management is not None:
             self.management.stop()
         self.runner.drain_and_stop(drain_s)

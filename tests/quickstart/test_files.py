@@ -47,7 +47,7 @@ def _port(addr: str) -> int:
     return int(addr.rsplit(":", 1)[1])
 
 
-def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentials(
+def test_the_first_run_writes_valid_configs_with_six_distinct_private_credentials(
     tmp_path: Path,
 ) -> None:
     layout = prepare(tmp_path / "qs", NOW)
@@ -58,10 +58,13 @@ def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentia
     resolve_worker_credentials(worker, layout.credentials)
     assert runner.peers == () and runner.management is not None
     assert runner_credentials.operator is not None and runner_credentials.recovery is not None
+    # The web console (issue 34): its own credential, loopback, read-only by default.
+    assert runner.console is not None and runner_credentials.console is not None
+    assert runner.console.addr.host == "127.0.0.1" and not runner.console.actions
     assert [d.name for d in runner.schedules] == ["hello"]
     assert runner.schedules[0].cron == "* * * * *"
     assert runner.remote.expires_at.year == 2027
-    assert len(set(layout.credentials.values())) == 5
+    assert len(set(layout.credentials.values())) == 6
     assert read_credentials(layout.credentials_path) == layout.credentials
     for path in (layout.credentials_path, layout.runner_path, layout.worker_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
@@ -69,9 +72,10 @@ def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentia
         runner.cluster_port,
         runner.admission_addr.port,
         runner.management.addr.port,
+        runner.console.addr.port,
         worker.listen_addr.port,
     }
-    assert len(ports) == 4
+    assert len(ports) == 5
 
 
 def test_a_second_run_reuses_configs_and_credentials_unchanged(tmp_path: Path) -> None:
