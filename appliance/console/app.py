@@ -47,13 +47,13 @@ from appliance.http.errors import error_body
 from appliance.http.limits import BodyCap, read_body
 from appliance.management.commands import Refused
 from appliance.management.gateway import CommandGateway
-from appliance.metrics.history import occurrence_view
-from appliance.owner.report_text import retry_note
-from appliance.quickstart.attempt_report import (
+from appliance.metrics.attempt_report import (
     ATTEMPTS_FETCHED_MAX,
     attempt_report,
     dispatched_attempts,
 )
+from appliance.metrics.history import occurrence_view
+from appliance.owner.report_text import retry_note
 
 log = logging.getLogger("appliance.console")
 
