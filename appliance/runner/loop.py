@@ -67,6 +67,7 @@ from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
+from appliance.runner.feed import ChangeFeed
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.membership_commands import (
@@ -150,6 +151,8 @@ class Runner:
         self.worker = worker
         self.clock = clock
         self.log = log
+        # The committed changes this voter applied, for watch and follow (appliance/runner/feed.py).
+        self.changes = ChangeFeed(machine) if hasattr(machine, "on_changes") else None
         self.owner = Owner(
             cfg=cfg,
             state=machine,
