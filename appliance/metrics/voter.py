@@ -73,6 +73,10 @@ def compaction_behind(log_entries: int | None, cfg: Any) -> str | None:
     )
 
 
+def _paused_at(since_s: int | None) -> str | None:
+    return None if since_s is None else instant_text(since_s)
+
+
 def _no_occurrence(occurrence_id: int) -> Reply:
     # The wording and code of the commands' refusal (appliance/management/refusals.py).
     return _error(404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}")
@@ -260,6 +264,7 @@ class VoterObservability:
             compaction_behind=compaction_behind(reader.log_entries(), cfg),
             store_bytes=reader.store_bytes(),
             log_entries=reader.log_entries(),
+            paused_at=_paused_at(reader.read(core.paused_since)),
         )
         return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
 

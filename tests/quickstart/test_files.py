@@ -47,7 +47,7 @@ def _port(addr: str) -> int:
     return int(addr.rsplit(":", 1)[1])
 
 
-def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentials(
+def test_the_first_run_writes_valid_configs_with_six_distinct_private_credentials(
     tmp_path: Path,
 ) -> None:
     layout = prepare(tmp_path / "qs", NOW)
@@ -61,8 +61,12 @@ def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentia
     assert [d.name for d in runner.schedules] == ["hello"]
     assert runner.schedules[0].cron == "* * * * *"
     assert runner.remote.expires_at.year == 2027
-    assert len(set(layout.credentials.values())) == 5
-    assert read_credentials(layout.credentials_path) == layout.credentials
+    assert len(set(layout.credentials.values())) == 6
+    assert runner_credentials.admin is not None
+    written = read_credentials(layout.credentials_path)
+    # The env file also names the management listener, for `appliance admin` without --addr.
+    assert written.pop("APPLIANCE_MANAGEMENT_ADDR") == str(runner.management.addr)
+    assert written == layout.credentials
     for path in (layout.credentials_path, layout.runner_path, layout.worker_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     ports = {

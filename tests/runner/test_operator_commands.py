@@ -73,7 +73,9 @@ def test_update_mid_run_keeps_the_running_occurrence_on_its_old_code_and_it_succ
         v.advance_to(T0 + 60)
         wait_until(lambda: v.state_of(1) == "Running" and sent, "the first dispatch")
         reply = send(v, action="update", id=sid, code="console.log('new')")
-        assert reply == {"ok": True, "action": "update", "id": sid, "changed": True}
+        assert reply == {
+            "ok": True, "action": "update", "id": sid, "changed": True, "fields": ["code"]
+        }  # fmt: skip
         release.set()
         v.advance_to(T0 + 70)
         v.wait_state(1, "Succeeded")
