@@ -44,6 +44,11 @@ _BEFORE_PROPOSING: Final = frozenset(
 )
 
 
+# Facts a refusal may carry besides its message, relayed as they are (issue 35): the field, the
+# line and column of a syntax error, the schedule that already has a name.
+DETAIL_FIELDS: Final = ("field", "line", "column", "existing_id")
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A definite refusal: nothing changed, and the same command would be refused again."""
@@ -51,6 +56,7 @@ class Refusal:
     status: int
     code: str
     message: str
+    details: tuple[tuple[str, Any], ...] = ()
 
 
 def classify_reason(message: str) -> Refusal:
@@ -74,8 +80,14 @@ def classify(reply: Mapping[str, Any]) -> Refusal | None:
     code, message = error.get("code"), error.get("message")
     if not isinstance(message, str):
         return None
+    details = tuple(
+        (key, error[key])
+        for key in DETAIL_FIELDS
+        if isinstance(error.get(key), str | int) and not isinstance(error.get(key), bool)
+    )
     if code == "refused":
-        return classify_reason(message)
+        found = classify_reason(message)
+        return Refusal(found.status, found.code, found.message, details)
     if code in _BEFORE_PROPOSING:
-        return Refusal(400, str(code), message[:MESSAGE_CHARS_MAX])
+        return Refusal(400, str(code), message[:MESSAGE_CHARS_MAX], details)
     return None

@@ -67,6 +67,7 @@ from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
+from appliance.runner.code_check import code_refusal
 from appliance.runner.feed import ChangeFeed
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
@@ -232,6 +233,9 @@ class Runner:
             return membership_reply(self.replication, command, self.log)
         if command.action == "list":
             return self._list()
+        refused = code_refusal(command)  # V8 parses the code first; nothing runs (issue 35)
+        if refused is not None:
+            return refused
         try:
             reply: dict[str, Any] = self._call(
                 lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S
