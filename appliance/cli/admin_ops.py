@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from appliance.cli import admin_views, admin_watch
+from appliance.cli import admin_describe, admin_views, admin_watch
 from appliance.cli.admin_endpoints import (
     ADDR_DEFAULT,
     ADDR_ENV,
@@ -145,6 +145,18 @@ def register(groups: argparse._SubParsersAction) -> None:
             "what an occurrence's attempt did: completion value, error and stack, console "
             "output, timings (fetched from the worker through the runner)",
             _output_arguments,
+        ),
+        (
+            "describe",
+            "one schedule whole: its definition with the code, state, next runs (with jitter), "
+            "last outcomes",
+            admin_describe.describe_arguments,
+        ),
+        (
+            "apply",
+            "create or update the schedule named in a definition file (idempotent); --dry-run "
+            "shows the difference",
+            admin_describe.apply_arguments,
         ),
         (
             "watch",
@@ -351,6 +363,13 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
             f"/scheduler/v1/schedules/{_positive(args.schedule_id, 'SCHEDULE_ID')}/history",
             None,
         )
+    if action == "describe":
+        return "GET", "/scheduler/v1/schedules", None  # an id, or a name to look up first
+    if action == "apply":  # checked offline first: nothing is sent for an invalid file
+        args.wanted = admin_describe.checked_definition(
+            _read_definition(args.file, stdin or sys.stdin)
+        )
+        return "GET", "/scheduler/v1/schedules", None
     if action == "watch":
         for flag, value in (("--schedule", args.schedule), ("--occurrence", args.occurrence)):
             if value is not None:
@@ -451,6 +470,8 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS, ssl_context=context)
     if args.ops_action == "watch" or (args.ops_action == "output" and args.follow):
         return _live(args, client, bases, token, tz, out, err)
+    if args.ops_action in ("describe", "apply"):
+        return _declarative(args, client, bases, token, tz, out, err)
     try:
         sent = send(client, bases, token, method, path, body)
         status, reply = sent.status, sent.reply
@@ -514,6 +535,45 @@ def _live(
         return EXIT_FAILURE
     finally:
         client.close()
+
+
+def _declarative(
+    args: argparse.Namespace,
+    client: HttpClient,
+    bases: list[str],
+    token: str,
+    tz: Any,
+    out: Any,
+    err: Any,
+) -> int:
+    """``describe`` and ``apply`` (admin_describe.py): a lookup by name, then one request."""
+    session = admin_describe.Session(client, bases, token)
+    try:
+        if args.ops_action == "describe":
+            reply = admin_describe.describe(session, args.schedule)
+            now_s = admin_describe.voter_now_s(reply) or time.time()
+            text = admin_describe.render_describe(reply, now_s, tz)
+        else:
+            reply = admin_describe.apply(session, args.wanted, args.dry_run)
+            text = admin_describe.render_apply(reply)
+    except admin_describe.Refused as refused:
+        print(describe_error(refused.status, refused.reply), file=err)
+        if refused.status == 409:
+            print(f"appliance: {owner_advice(refused.reply)}", file=err)
+        return EXIT_FAILURE
+    except Failed as exc:
+        print(f"appliance: {exc}", file=err)
+        return EXIT_FAILURE
+    except UsageError as exc:
+        print(f"appliance: {exc}", file=err)
+        return EXIT_USAGE
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(reply, indent=2, ensure_ascii=False), file=out)
+    else:
+        print(text, file=out)
+    return EXIT_OK
 
 
 def _is_terminal(stream: Any) -> bool:

@@ -62,6 +62,7 @@ OCCURRENCE_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}"
 OUTPUT_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}/output"
 HISTORY_PATH: Final = "/scheduler/v1/schedules/{schedule_id}/history"
 EVENTS_PATH: Final = "/scheduler/v1/events"
+SCHEDULE_PATH: Final = "/scheduler/v1/schedules/{schedule_id}"
 EVENTS_QUERY: Final = ("after", "wait_ms", "schedule_id", "occurrence_id", "output")
 CURSOR_DIGITS_MAX: Final = 19  # a Raft index fits in 63 bits
 
@@ -86,6 +87,8 @@ class Observability(Protocol):
     def schedule(self, schedule_id: int) -> ViewReply: ...
 
     def events(self, query: Any) -> ViewReply: ...
+
+    def describe(self, schedule_id: int) -> ViewReply: ...
 
 
 @dataclass(frozen=True)
@@ -239,6 +242,14 @@ class _Output:
         send_view(resp, self._views.output(oid, _path_id(text, "attempt")))
 
 
+class _Describe:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
+        send_view(resp, self._views.describe(_path_id(schedule_id, "schedule_id")))
+
+
 class _History:
     def __init__(self, views: Observability) -> None:
         self._views = views
@@ -300,6 +311,7 @@ def observability_routes(views: Observability) -> dict[str, Any]:
         OUTPUT_PATH: _Output(views),
         HISTORY_PATH: _History(views),
         EVENTS_PATH: _Events(views),
+        SCHEDULE_PATH: _Describe(views),
     }
 
 

@@ -12,6 +12,7 @@ occurrence.py, policy_apply.py), without changing the loop:
 - 422 ``not_allowed_in_state`` — the occurrence's state forbids the command (cancel of a
   Succeeded occurrence, acknowledge of a Running one);
 - 422 ``schedule_limit`` / ``checkpoint_full`` — a committed limit refused the change;
+- 422 ``name_taken`` — another live schedule has the name (``existing_id`` names it);
 - 400 ``invalid_definition`` / ``attestation_required`` / ``invalid_command`` — the command itself
   is malformed for the core;
 - 422 ``refused`` — any other committed refusal (the reason is still the core's).
@@ -36,6 +37,7 @@ _BY_REASON: Final = (
     ("prefix", "schedules: limit of ", 422, "schedule_limit"),
     ("prefix", "schedules: id space exhausted", 422, "schedule_limit"),
     ("prefix", "checkpoint: would ", 422, "checkpoint_full"),
+    ("contains", " is already the name of schedule ", 422, "name_taken"),
     ("prefix", "definition", 400, "invalid_definition"),
 )
 # Codes the loop gives to refusals decided before proposing (validation): kept as they are.

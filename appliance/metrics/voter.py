@@ -24,6 +24,7 @@ from appliance.core import state as core
 from appliance.core.binding import instant_text
 from appliance.core.occurrence import OccurrenceState
 from appliance.http import ClientError, HttpClient
+from appliance.metrics.describe import describe_schedule
 from appliance.metrics.health import HealthInputs, WorkerView, health_document
 from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
@@ -280,6 +281,15 @@ class VoterObservability:
         # Per attempt: what ran (value, error, output, timings), fetched from the worker.
         view.update(occurrence_extras(view, max_retries, lambda eid: _observe(self.runner, eid)))
         return Reply(200, {"ok": True, "local_view": True, "occurrence": view})
+
+    def describe(self, schedule_id: int) -> Reply:
+        """One schedule whole, its code included (``appliance.metrics.describe``)."""
+        now_s = self.runner.clock.now_s()
+        view = self.reader.read(lambda st: describe_schedule(st, schedule_id, now_s))
+        if view is None:
+            return _error(404, "no_such_schedule", f"id: no schedule {schedule_id}")
+        # The voter's clock: what "next run in 2m" is relative to (a CLI's clock may differ).
+        return Reply(200, {"ok": True, "local_view": True, "now": instant_text(int(now_s)), **view})
 
     def schedule(self, schedule_id: int) -> Reply:
         view = self.reader.read(lambda st: schedule_history(st, schedule_id))

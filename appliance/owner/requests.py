@@ -250,7 +250,10 @@ class RequestDecisions(PacedDispatch):
             ) from None
         if isinstance(result, Refused):
             self._emit_log("operator_refused", action=action, reason=result.message)
-            return error_reply(400, "refused", result.message)
+            # A name another schedule holds: which one (core/unique_names.py, issue 35).
+            holder = getattr(result.error, "existing_id", None)
+            details = {"existing_id": holder} if isinstance(holder, int) else {}
+            return error_reply(400, "refused", result.message, **details)
         self._emit_log("operator", action=action, **_ids(args))
         return self._after_mutation(action, args, result.value)
 
