@@ -206,7 +206,7 @@ def paused_line(result: Mapping[str, Any], tz: tzinfo = UTC) -> str | None:
     if not isinstance(paused, Mapping):
         return None
     return (
-        f"scheduling is PAUSED since {iso_time(paused.get('at'), tz)}: the next runs above are "
+        f"scheduling is PAUSED since {iso_time(paused.get('at'), tz)}: the next runs below are "
         "held, nothing starts until 'appliance admin resume'"
     )
 
