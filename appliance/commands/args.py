@@ -122,7 +122,8 @@ def plan_update_args(
     args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
 ) -> Any:
     changes = {f: args[f] for f in UPDATE_FIELDS if f in args}
-    return plan_update(st, args["id"], changes, at_s)
+    # A new name is checked for uniqueness at apply (UpdateNamedSchedule, issue 35).
+    return core.with_unique_name(plan_update(st, args["id"], changes, at_s))
 
 
 def plan_backfill_args(

@@ -86,8 +86,11 @@ _ROWS: tuple[CommandSpec, ...] = (
     CommandSpec(
         "create",
         ("definition",),
-        build=lambda a, at_s: core.CreateSchedule(a["definition"], at_s),
+        # A named definition is created by CreateNamedSchedule: names are unique among live
+        # schedules, checked at apply (appliance/core/unique_names.py, issue 35).
+        build=lambda a, at_s: core.with_unique_name(core.CreateSchedule(a["definition"], at_s)),
         description="Create a schedule from a definition (code, cron, timezone, policy). "
+        "A name must not be the name of another live schedule (refused with existing_id). "
         "Creation has no request deduplication: after an uncertain result, inspect "
         "the schedule list before creating again.",
     ),

@@ -122,9 +122,10 @@ def error_outcome(
     *,
     field: str | None = None,
     problems: list[dict[str, str]] | None = None,
+    details: tuple[tuple[str, Any], ...] = (),
     **top: Any,
 ) -> Outcome:
-    error: dict[str, Any] = {"code": code, "message": message}
+    error: dict[str, Any] = {"code": code, "message": message, **dict(details)}
     if field is not None:
         error["field"] = field
     if problems:
@@ -214,7 +215,9 @@ def run_command(
         refusal = classify(reply)
         if refusal is not None:
             log.info("management: %s refused: %s", action, refusal.message)
-            return error_outcome(refusal.status, refusal.code, refusal.message)
+            return error_outcome(
+                refusal.status, refusal.code, refusal.message, details=refusal.details
+            )
         log.warning("management: %s failed after queue admission: %r", action, reply.get("error"))
         return _uncertain(action, command)
     reply.pop("ok", None)

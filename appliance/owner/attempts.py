@@ -40,6 +40,7 @@ from appliance.owner.events import (
     Effect,
     ObserveRequest,
 )
+from appliance.owner.lateness import lateness_base
 from appliance.owner.queue import QueueView
 from appliance.owner.report_text import failure_reason
 from appliance.owner.serial import Chain, NotOwner, SerialCore, Uncertain
@@ -222,10 +223,12 @@ class AttemptDecisions(SerialCore):
         if isinstance(result, Exception):
             result = ExecResult("uncertain", detail=f"client error: {result!r}")
         if result.kind == "accepted":
+            base_s, live = lateness_base(record, work.attempt)  # owner/lateness.py (issue 35)
             self._emit_log(
                 "dispatch_accepted",
                 execution_id=result.execution_id,
-                late_ms=self._late_ms(work.due_s),
+                late_ms=self._late_ms(base_s),
+                slot="live" if live else "backlog",
                 **ids,
             )
             self._start_observing(work, first_poll_s(result.capacity))

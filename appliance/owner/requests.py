@@ -250,7 +250,10 @@ class RequestDecisions(PacedDispatch):
             ) from None
         if isinstance(result, Refused):
             self._emit_log("operator_refused", action=action, reason=result.message)
-            return error_reply(400, "refused", result.message)
+            # A name another schedule holds: which one (core/unique_names.py, issue 35).
+            holder = getattr(result.error, "existing_id", None)
+            details = {"existing_id": holder} if isinstance(holder, int) else {}
+            return error_reply(400, "refused", result.message, **details)
         self._emit_log("operator", action=action, **_ids(args))
         return self._after_mutation(action, args, result.value)
 
@@ -302,10 +305,13 @@ class RequestDecisions(PacedDispatch):
     ) -> dict[str, Any] | None:
         """The replies of the commands beyond the seeds (None for the others). A run_now or
         backfill occurrence is claimed by the next pulse's claim pass, like any Pending one."""
-        if action in ("enable", "update"):
-            self._track_schedule(args["id"])  # its cursor or calendar changed
-            key = "enabled" if action == "enable" else "changed"
-            return {"ok": True, "action": action, "id": args["id"], key: value}
+        if action == "enable":
+            self._track_schedule(args["id"])  # its cursor changed
+            return {"ok": True, "action": action, "id": args["id"], "enabled": value}
+        if action == "update":  # value: the fields that changed (core/schedule_commands.py)
+            self._track_schedule(args["id"])  # its calendar may have changed
+            reply = {"ok": True, "action": action, "id": args["id"], "changed": bool(value)}
+            return {**reply, "fields": list(value)}
         if action == "pause":
             return {"ok": True, "action": action, "paused": True, "changed": value}
         if action == "resume":

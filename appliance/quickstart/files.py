@@ -3,8 +3,10 @@
 Theory of operation: the first run writes, into the data directory,
 
 - ``credentials.env``: one fresh random token per credential the configs name (admission,
-  cluster, worker, operator, recovery, console: all distinct), as ``export NAME=value`` lines,
-  mode 0600;
+  cluster, worker, operator, recovery, admin, console: all distinct), as ``export NAME=value``
+  lines, and
+  ``APPLIANCE_MANAGEMENT_ADDR`` (the management listener, kept current when its port moves), so
+  ``. ./credentials.env`` is all ``appliance admin`` needs; mode 0600;
 - ``runner.json``: one voter (``single`` replication: no peers), its admission route, a loopback
   management listener (operator and recovery credentials), the loopback web console (its own
   credential, read-only), the demo schedule as the initial schedule, and ``remote`` pointing at
@@ -39,9 +41,12 @@ from typing import Any, Final
 
 from appliance.config.addresses import AddressError, parse_host_port
 from appliance.config.loopback import (
+    ENV_NAMES,
     LOOPBACK,
+    MANAGEMENT_ADDR_ENV,
     admission_url,
     console_section,
+    env_line,
     fresh_token,
     grant_expiry,
     management_section,
@@ -186,14 +191,16 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
     write_private(path, json.dumps(document, indent=2) + "\n")
 
 
-def credentials_text(credentials: dict[str, str]) -> str:
+def credentials_text(credentials: dict[str, str], management_addr: str | None = None) -> str:
     lines = [
-        "# The quickstart's credentials, one per role. Private (mode 0600): never share or print.",
-        "# Export one into a shell with, e.g.:",
-        "#   export NAME=\"$(sed -n 's/^export NAME=//p' credentials.env)\"",
+        "# The quickstart's credentials, one per role, and its management listener.",
+        "# Private (mode 0600): never share or print. Load all into a shell with:",
+        "#   . ./credentials.env",
     ]
     # token_urlsafe values are [A-Za-z0-9_-]: safe unquoted in every POSIX shell.
-    lines += [f"export {name}={value}" for name, value in credentials.items()]
+    lines += [env_line(name, value) for name, value in credentials.items()]
+    if management_addr is not None:  # what `appliance admin` reads when no --addr is given
+        lines.append(env_line(MANAGEMENT_ADDR_ENV, management_addr))
     return "\n".join(lines) + "\n"
 
 
@@ -232,6 +239,7 @@ def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
         management.get("bearer_env"),
         management.get("recovery_bearer_env"),
         console.get("bearer_env"),
+        management.get("admin_bearer_env"),
         worker.get("bearer_env"),
         worker.get("admission_bearer_env"),
     ]
@@ -314,6 +322,9 @@ def _move_unsealed_ports(runner: dict[str, Any], worker: dict[str, Any]) -> list
             new = free_ports(1)[0]
             management["addr"] = f"{LOOPBACK}:{new}"
             notes.append(f"management port {port} was taken: moved to {new}")
+        if "admin_bearer_env" not in management:  # a data directory from before issue 35
+            management["admin_bearer_env"] = ENV_NAMES["admin"]
+            notes.append("added the admin credential (renew-grant, amend-*) to runner.json")
     console = runner.get("console")
     if console is None:  # a data directory from before the web console (issue 34)
         runner["console"] = console_section(free_ports(1)[0])
@@ -375,9 +386,11 @@ def prepare(data_dir: Path, now: datetime) -> Layout:
         missing = RUNNER_FILE if not have[0] else WORKER_FILE
         raise QuickstartError(f"{data_dir} is incomplete: {missing} is missing")
     credentials, credentials_changed = _ensure_credentials(data_dir, _names_in(runner, worker))
-    if credentials_changed:
-        write_private(data_dir / CREDENTIALS_FILE, credentials_text(credentials))
-        if not fresh:
+    text = credentials_text(credentials, str((runner.get("management") or {}).get("addr")))
+    path = data_dir / CREDENTIALS_FILE
+    if credentials_changed or not path.exists() or path.read_text(encoding="utf-8") != text:
+        write_private(path, text)
+        if credentials_changed and not fresh:
             notes.append(f"wrote missing credentials into {CREDENTIALS_FILE}")
     (data_dir / LEGACY_CREDENTIALS_FILE).unlink(missing_ok=True)
     if fresh or notes:

@@ -187,8 +187,6 @@ def banner(
     console: tuple[str, str] | None = None,
 ) -> str:
     credentials = layout.credentials_path
-    env = layout.operator_env
-    read_token = f"sed -n 's/^export {env}=//p' {shlex.quote(str(credentials))}"
     store = "resumed the store" if resumed else "created a new store"
     lines = [
         f"{PREFIX}: data in {layout.data_dir} ({store})",
@@ -196,7 +194,8 @@ def banner(
         *(f"  note: {note}" for note in layout.notes),
         *([f"  time scale:  {time_scale}x (testing only)"] if time_scale is not None else []),
         f"  voter:       raft {cfg.own_addr} (single voter), admission {cfg.admission_addr}",
-        f"  management:  {layout.management_addr} (loopback only; operator and recovery bearer)",
+        f"  management:  {layout.management_addr} (loopback only; operator, recovery and admin "
+        "bearer)",
         f"  worker:      {cfg.remote.url.url} (pid {worker_pid})",
         *(
             [
@@ -209,12 +208,13 @@ def banner(
             if console is not None
             else []
         ),
-        f"  credentials: {credentials} (mode 0600; never printed)",
+        f"  credentials: {credentials} (mode 0600; never printed; it also exports "
+        "APPLIANCE_MANAGEMENT_ADDR)",
         f"  logs:        {layout.data_dir / 'runner.log'}, {layout.data_dir / 'worker.log'}",
         "  demo schedule 'hello': every minute (* * * * * UTC), JavaScript that logs a line",
         "  status from another shell:",
-        f'    export {env}="$({read_token})"',
-        f"    {self_command()} admin status --addr {layout.management_addr}",
+        f"    . {shlex.quote(str(credentials))}",
+        f"    {self_command()} admin status",
         '  type {"action":"list"} here for the state; Ctrl-C stops both',
     ]
     return "\n".join(lines)

@@ -33,6 +33,7 @@ from typing import Any, Final
 from appliance.clock import RunnerClock
 from appliance.commands.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.config.runner import RunnerConfig
+from appliance.metrics.feed import ChangeFeed
 from appliance.owner import ownership
 from appliance.owner.applied import Accepted, Refused
 from appliance.owner.events import (
@@ -68,6 +69,7 @@ from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
 from appliance.replication.base import Leadership
 from appliance.replication.errors import NotLeader, ProposalLost
+from appliance.runner.code_check import code_refusal
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.membership_commands import (
@@ -151,6 +153,8 @@ class Runner:
         self.worker = worker
         self.clock = clock
         self.log = log
+        # The committed changes this voter applied, for watch and follow (metrics/feed.py).
+        self.changes = ChangeFeed(machine) if hasattr(machine, "on_changes") else None
         self.owner = Owner(
             cfg=cfg,
             state=machine,
@@ -230,6 +234,9 @@ class Runner:
             return membership_reply(self.replication, command, self.log)
         if command.action == "list":
             return self._list()
+        refused = code_refusal(command)  # V8 parses the code first; nothing runs (issue 35)
+        if refused is not None:
+            return refused
         try:
             reply: dict[str, Any] = self._call(
                 lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S

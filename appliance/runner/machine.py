@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from appliance.capabilities import BINARY_VERSION, command_kinds
@@ -46,6 +46,8 @@ from appliance.store.versions import (
 )
 
 T = TypeVar("T")
+# (index, command, parts written, parts deleted), after every apply
+ChangeListener = Callable[[int, Any, Iterable[str], Iterable[str]], None]
 RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
 
 __all__ = [
@@ -111,10 +113,18 @@ class Machine:
         # and a restart after any transition can decode it.
         self._checkpoint_complete = bool(parts)
         self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
+        self._change_listeners: list[ChangeListener] = []
 
     def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
         """``listener(index, command, result)`` after every apply, on the applying thread."""
         self._listeners.append(listener)
+
+    def on_changes(self, listener: ChangeListener) -> None:
+        """``listener(index, command, written, deleted)`` after every apply, on the applying
+        thread: the checkpoint parts the entry wrote and deleted (both empty for a refusal;
+        every part for the first transition of a fresh store). The change feed reads them
+        (appliance/metrics/feed.py)."""
+        self._change_listeners.append(listener)
 
     def apply(self, index: int, data: bytes) -> Accepted | Refused:
         value = json.loads(data)
@@ -142,6 +152,8 @@ class Machine:
             self._writer.put(index, upserts, deletes, reader_version)
         for listener in self._listeners:
             listener(index, command, result)
+        for changes in self._change_listeners:
+            changes(index, command, upserts.keys(), deletes)
         return result
 
     def _reader_version(self) -> int | None:

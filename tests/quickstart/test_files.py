@@ -64,8 +64,12 @@ def test_the_first_run_writes_valid_configs_with_six_distinct_private_credential
     assert [d.name for d in runner.schedules] == ["hello"]
     assert runner.schedules[0].cron == "* * * * *"
     assert runner.remote.expires_at.year == 2027
-    assert len(set(layout.credentials.values())) == 6
-    assert read_credentials(layout.credentials_path) == layout.credentials
+    assert len(set(layout.credentials.values())) == 7
+    assert runner_credentials.admin is not None
+    written = read_credentials(layout.credentials_path)
+    # The env file also names the management listener, for `appliance admin` without --addr.
+    assert written.pop("APPLIANCE_MANAGEMENT_ADDR") == str(runner.management.addr)
+    assert written == layout.credentials
     for path in (layout.credentials_path, layout.runner_path, layout.worker_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     ports = {

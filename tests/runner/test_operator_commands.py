@@ -73,7 +73,9 @@ def test_update_mid_run_keeps_the_running_occurrence_on_its_old_code_and_it_succ
         v.advance_to(T0 + 60)
         wait_until(lambda: v.state_of(1) == "Running" and sent, "the first dispatch")
         reply = send(v, action="update", id=sid, code="console.log('new')")
-        assert reply == {"ok": True, "action": "update", "id": sid, "changed": True}
+        assert reply == {
+            "ok": True, "action": "update", "id": sid, "changed": True, "fields": ["code"]
+        }  # fmt: skip
         release.set()
         v.advance_to(T0 + 70)
         v.wait_state(1, "Succeeded")
@@ -163,10 +165,13 @@ def test_the_version_gate_holds_the_new_commands_and_a_jittered_definition():
             else None
         )
 
+    def unnamed(**policy: Any) -> dict[str, Any]:  # a named one is a CreateNamedSchedule
+        return {k: v for k, v in definition(**policy).items() if k != "name"}
+
     with Voter(gate=gate) as v:
-        plain = send(v, action="create", definition=definition())
+        plain = send(v, action="create", definition=unnamed())
         assert plain["ok"] is True
-        jittered = send(v, action="create", definition=definition(jitter_seconds=5))
+        jittered = send(v, action="create", definition=unnamed(jitter_seconds=5))
         assert jittered["ok"] is False and jittered["status"] == 400
         assert "policy.jitter_seconds" in jittered["error"]["message"]
         refused = send(v, action="run_now", id=1)

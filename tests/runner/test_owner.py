@@ -541,7 +541,7 @@ def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
     bench.owner = Owner(
         cfg=bench.cfg,
         state=bench.machine,
-        gate=lambda kind: "waits for v2" if kind == "CreateSchedule" else None,
+        gate=lambda kind: "waits for v2" if kind == "CreateNamedSchedule" else None,
     )
     bench.acquire()
     out = bench.feed(OperatorRequest(3, OperatorCommand("create", {"definition": definition()})))
