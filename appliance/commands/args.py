@@ -18,7 +18,7 @@ from typing import Any, Final
 from appliance.core import state as core
 from appliance.core.command_plans import plan_backfill, plan_enable, plan_resume, plan_update
 from appliance.core.definition import OverlapPolicy
-from appliance.core.occurrence import INSTANT_MAX_S
+from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX
 from appliance.core.schedule_commands import REQUEST_ID_BYTES_MAX, UPDATE_FIELDS
 
 Compiled = Callable[[int], Any]  # schedule id -> its compiled calendar (the owner's cache)
@@ -163,6 +163,27 @@ def plan_backfill_args(
         at_s,
         args.get("overlap", OverlapPolicy.QUEUE.value),
     )
+
+
+# ---- contract amendments (issue 20; issue 36: the operator's base) ---------------------------
+
+BASE_AMENDMENT_FIELD: Final = "base_amendment"
+
+
+def check_base_amendment(args: Mapping[str, Any]) -> None:
+    """``base_amendment`` (optional on every amendment): the ``contract.amendment`` index that
+    ``status`` showed, a whole number 0 ... INT_MAX. The apply refuses the amendment when another
+    committed since (appliance/core/amendments.py); without it the owner builds on the one in
+    force."""
+    if BASE_AMENDMENT_FIELD not in args:
+        return
+    value = args[BASE_AMENDMENT_FIELD]
+    if type(value) is not int:
+        raise ArgumentError(
+            BASE_AMENDMENT_FIELD, "must be the integer contract.amendment that status showed"
+        )
+    if not 0 <= value <= INT_MAX:
+        raise ArgumentError(BASE_AMENDMENT_FIELD, f"must be between 0 and {INT_MAX}", shape=False)
 
 
 # ---- membership (issue 20): Raft entries, not Machine commands -------------------------------

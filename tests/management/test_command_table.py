@@ -186,3 +186,20 @@ def test_an_id_is_accepted_up_to_the_wire_limit_and_refused_one_above() -> None:
     expected = rf"occurrence_id: must be an integer id in \[1, {ID_MAX}\]"
     with pytest.raises(commands.Refused, match=expected):
         commands.check_command(over, "operator", Limits())
+
+
+def test_every_amendment_row_takes_an_optional_base_amendment_and_checks_it():
+    """Issue 36: the rule is generic, so an amendment kind added later inherits it."""
+    from appliance.commands.args import ArgumentError
+    from appliance.commands.table import AMENDMENT_ACTIONS, COMMANDS
+
+    assert {"renew_grant", "amend_remote", "amend_limits"} <= AMENDMENT_ACTIONS
+    for action in AMENDMENT_ACTIONS:
+        spec = COMMANDS[action]
+        assert "base_amendment" in spec.fields and "base_amendment" in spec.optional, action
+        assert spec.check is not None
+        with pytest.raises(ArgumentError, match=r"^base_amendment"):
+            spec.check({"base_amendment": "1"})
+    for action, spec in COMMANDS.items():
+        if action not in AMENDMENT_ACTIONS:
+            assert "base_amendment" not in spec.fields, action
