@@ -84,6 +84,7 @@ class RaftMember:
                 snapshot_bytes=cfg.raft.snapshot_bytes,
             ),
             restore=restore,
+            genesis_addresses={node_id: str(addr) for node_id, addr in voters.items()},
         )
         known = {
             "cluster": credentials.cluster,

@@ -15,7 +15,7 @@ snapshot tells it the configuration in force.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -55,11 +55,15 @@ class RaftReplication:
         peer_gone: Callable[[str], bool] | None = None,
         compaction: CompactionPolicy | None = None,
         restore: RestoreHook | None = None,
+        genesis_addresses: Mapping[str, str] | None = None,
     ) -> None:
+        """``genesis_addresses``: each genesis voter's cluster address (host:port, this node's
+        own included), so that no learner is added at one of them."""
         config = RaftConfig(
             node_id=node_id,
             voters=tuple(voters),
             learners=tuple(learners),
+            genesis_addresses=tuple(sorted((genesis_addresses or {}).items())),
             heartbeat_ticks=1,
             election_ticks_min=max(2, election_timeout_min_ms // heartbeat_ms),
             election_ticks_max=max(2, election_timeout_max_ms // heartbeat_ms),
