@@ -29,7 +29,7 @@ from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, create_raft_app, host_port
+from appliance.raft.transport import HttpTransport, SenderCheck, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
 from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
@@ -114,6 +114,14 @@ class RaftMember:
             status=self.status,
             credentials=known,
             deliver_with_reply=self.replication.deliver,
+            # Who may speak (issue 36): the certificate's node, a member of the configuration
+            # in force (or what Raft needs from a newer one); without TLS no certificate names a
+            # sender, and the membership rule still applies to the sender a message states.
+            senders=SenderCheck(
+                identity_required=cfg.tls is not None,
+                refusal=self.replication.sender_refusal,
+                is_member=self.replication.is_member,
+            ),
         )
         if self.transport is not None:
             self.transport.receive_answers(self.replication.deliver)
@@ -128,8 +136,9 @@ class RaftMember:
             # two more leave room for members added at run time.
             threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
-            # Any member's certificate from the cluster CA, genesis or added at run time (the
-            # contract digest and the cluster bearer still gate every message).
+            # A certificate of the cluster CA naming one node id, genesis or added at run time;
+            # each request then holds the sender to that id and to the configuration in force
+            # (SenderCheck above), which the handshake cannot know.
             peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 

@@ -25,6 +25,7 @@ from appliance.raft.driver import RaftDriver, RestoreHook, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
 from appliance.raft.reply_slot import ReplySlot
+from appliance.raft.sender_rule import sender_refusal
 from appliance.raft.storage import LogStorage
 from appliance.replication.base import ApplyHook, Leadership
 
@@ -117,6 +118,16 @@ class RaftReplication:
         learner."""
         _wait(self.driver.remove(node_id), timeout_s, "configuration change")
 
+    def sender_refusal(self, message: Message) -> str | None:
+        """Why the cluster listener must not take ``message`` from its sender (None: take it):
+        appliance/raft/sender_rule.py over the configuration in force and the current term."""
+        status = self.driver.status()
+        return sender_refusal(message, _members(status.configuration), status.term)
+
+    def is_member(self, node_id: str) -> bool:
+        """``node_id`` is a voter or learner of the configuration in force here."""
+        return node_id in _members(self.driver.status().configuration)
+
     def is_leader(self) -> bool:
         return self._leadership.is_leader
 
@@ -142,6 +153,12 @@ def single(
         apply=apply,
         applied_index=applied_index,
     )
+
+
+def _members(configuration: Mapping[str, Any] | None) -> frozenset[str]:
+    if not configuration:
+        return frozenset()
+    return frozenset((*configuration.get("voters", ()), *configuration.get("learners", ())))
 
 
 def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
