@@ -32,7 +32,12 @@ from appliance.raft.storage import LogStorage
 from appliance.raft.transport import HttpTransport, SenderCheck, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
-from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
+from appliance.replication.voter_capabilities import (
+    REFRESH_CONNECT_TIMEOUT_MS,
+    REFRESH_READ_TIMEOUT_MS,
+    REMEMBERED_FILE,
+    VoterCapabilities,
+)
 
 
 class RaftMember:
@@ -106,6 +111,12 @@ class RaftMember:
             scheme="http" if tls_context is None else "https",
             members=lambda: configured_members(self.replication.status(), peers),
             remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
+            learners=lambda: configured_learners(self.replication.status()),
+            quick_client=HttpClient(
+                connect_timeout_ms=REFRESH_CONNECT_TIMEOUT_MS,
+                read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
+                ssl_context=tls_context,
+            ),
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -177,3 +188,11 @@ def configured_members(
     addresses = {**genesis_peers, **dict(configuration.get("addresses") or {})}
     members = [*configuration.get("voters", ()), *configuration.get("learners", ())]
     return {member: addresses.get(member, "") for member in members}
+
+
+def configured_learners(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The learners of the configuration in force (none when the status has no configuration)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return ()
+    return tuple(configuration.get("learners") or ())
