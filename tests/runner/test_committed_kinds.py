@@ -67,3 +67,25 @@ def test_the_machine_notes_every_committed_kind_refused_ones_included(tmp_path: 
         assert Machine(reopened, Limits()).committed_kinds.required() == {"RunNow", "Pause"}
     finally:
         reopened.close()
+
+
+def test_the_files_limits_hold_at_the_boundary(tmp_path: Path) -> None:
+    """At most COMMAND_KINDS_MAX kinds and FILE_BYTES_MAX bytes: exactly at each is read, one
+    over counts as an unknown prefix (every kind of this binary)."""
+    from appliance.capabilities import COMMAND_KINDS_MAX
+    from appliance.runner.committed_kinds import FILE_BYTES_MAX
+
+    def load(name: str, text: str) -> frozenset[str]:
+        path = tmp_path / name / FILE_NAME
+        path.parent.mkdir()
+        path.write_text(text)
+        return CommittedKinds(path, fresh_store=True, known=KNOWN).required()
+
+    most = [f"K{i}" for i in range(COMMAND_KINDS_MAX)]
+    assert load("at", json.dumps({"complete": True, "kinds": most})) == frozenset(most)
+    over = json.dumps({"complete": True, "kinds": [*most, "K-over"]})
+    assert load("over", over) == BEYOND
+    body = json.dumps({"complete": True, "kinds": ["RunNow"]})
+    padded = body + " " * (FILE_BYTES_MAX - len(body))
+    assert load("bytes-at", padded) == {"RunNow"}
+    assert load("bytes-over", padded + " ") == BEYOND

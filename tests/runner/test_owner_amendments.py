@@ -154,6 +154,14 @@ def test_a_malformed_base_amendment_is_refused_naming_the_field() -> None:
             assert reply["ok"] is False and reply["status"] == 400, (bad, reply)
             assert reply["error"]["message"].startswith("base_amendment"), (bad, reply)
         assert _command(v, action="status")["contract"]["amendment"] == 0
+        # The range's ends: INT_MAX is a well-formed base (stale here), one more is not.
+        from appliance.core.occurrence import INT_MAX
+
+        at_most = _command(v, action="amend_limits", records=8192, base_amendment=INT_MAX)
+        assert at_most["ok"] is False and "the contract in force is amendment 0" in str(at_most)
+        over = _command(v, action="amend_limits", records=8192, base_amendment=INT_MAX + 1)
+        assert over["error"]["message"] == f"base_amendment: must be between 0 and {INT_MAX}"
+        assert _command(v, action="amend_limits", records=8192, base_amendment=0)["ok"]
 
 
 def test_grant_renewal_is_bounded_by_the_documented_horizon() -> None:
