@@ -264,8 +264,8 @@ class Runner:
         log committed (it was left out of the gate until it reported; docs/raft.md)."""
         if command.action != "promote_voter" or self._promotion_check is None:
             return None
-        learners = configuration_view(self.replication).get("configuration", {}).get("learners")
-        if command.args["id"] not in (learners or ()):
+        configuration = configuration_view(self.replication).get("configuration") or {}
+        if command.args["id"] not in (configuration.get("learners") or ()):
             return None  # not a learner: the Raft leader says why
         return self._promotion_check(command.args["id"])
 
