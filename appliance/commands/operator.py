@@ -92,7 +92,7 @@ def build_mutation(
     """The core command a mutating operator command commits (its row's ``build``, or its
     ``plan`` run through ``planned(plan, args, at_s)``, which gives it the committed state and
     the calendar); ``check_definition`` parses a create's definition or raises ``OperatorError``.
-    A plan's refusal (a ``CoreError``) is a definite 400: nothing was proposed."""
+    A plan's or a build's refusal (a ``CoreError``) is a definite 400: nothing was proposed."""
     spec = COMMANDS[command.action]
     args = dict(command.args)
     if "definition" in spec.fields:
@@ -105,4 +105,7 @@ def build_mutation(
             raise OperatorError(400, code, str(err)) from None
     if spec.build is None:
         raise OperatorError(400, "invalid_command", f"action: {command.action} changes nothing")
-    return spec.build(args, at_s)
+    try:
+        return spec.build(args, at_s)
+    except CoreError as err:  # a rule checked before proposing (e.g. the grant's horizon)
+        raise OperatorError(400, "refused", str(err)) from None

@@ -409,4 +409,4 @@ def parse_runner_config(obj: object) -> RunnerConfig:
 
 def load_runner_config(path: str | Path) -> RunnerConfig:
     """Read, decode (strictly: duplicate keys refused) and validate a runner config file."""
-    return parse_runner_config(read_json_file(path, CONFIG_FILE_BYTES_MAX))
+    return parse_runner_config(read_json_file(path, CONFIG_FILE_BYTES_MAX, regular_only=True))

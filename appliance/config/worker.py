@@ -118,7 +118,7 @@ def parse_worker_config(obj: object) -> WorkerConfig:
 def load_worker_config(environ: Mapping[str, str], path: str | Path | None = None) -> WorkerConfig:
     """Load from ``path`` when given, else from ``environ[MCP_SCHEDULED_WORKER_CONFIG]``."""
     if path is not None:
-        return parse_worker_config(read_json_file(path, WORKER_CONFIG_BYTES_MAX))
+        return parse_worker_config(read_json_file(path, WORKER_CONFIG_BYTES_MAX, regular_only=True))
     text = environ.get(WORKER_CONFIG_ENV)
     if text is None or not text.strip():
         raise InvalidConfig(

@@ -15,7 +15,7 @@ snapshot tells it the configuration in force.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
@@ -27,6 +27,7 @@ from appliance.raft.driver import RaftDriver, RestoreHook, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
 from appliance.raft.reply_slot import ReplySlot
+from appliance.raft.sender_rule import sender_refusal
 from appliance.raft.storage import LogStorage
 from appliance.replication import errors
 from appliance.replication.base import ApplyHook, Leadership
@@ -58,11 +59,15 @@ class RaftReplication:
         peer_gone: Callable[[str], bool] | None = None,
         compaction: CompactionPolicy | None = None,
         restore: RestoreHook | None = None,
+        genesis_addresses: Mapping[str, str] | None = None,
     ) -> None:
+        """``genesis_addresses``: each genesis voter's cluster address (host:port, this node's
+        own included), so that no learner is added at one of them."""
         config = RaftConfig(
             node_id=node_id,
             voters=tuple(voters),
             learners=tuple(learners),
+            genesis_addresses=tuple(sorted((genesis_addresses or {}).items())),
             heartbeat_ticks=1,
             election_ticks_min=max(2, election_timeout_min_ms // heartbeat_ms),
             election_ticks_max=max(2, election_timeout_max_ms // heartbeat_ms),
@@ -116,6 +121,16 @@ class RaftReplication:
         learner."""
         _wait(lambda: self.driver.remove(node_id), timeout_s, "configuration change")
 
+    def sender_refusal(self, message: Message) -> str | None:
+        """Why the cluster listener must not take ``message`` from its sender (None: take it):
+        appliance/raft/sender_rule.py over the configuration in force and the current term."""
+        status = self.driver.status()
+        return sender_refusal(message, _members(status.configuration), status.term)
+
+    def is_member(self, node_id: str) -> bool:
+        """``node_id`` is a voter or learner of the configuration in force here."""
+        return node_id in _members(self.driver.status().configuration)
+
     def is_leader(self) -> bool:
         return self._leadership.is_leader
 
@@ -141,6 +156,12 @@ def single(
         apply=apply,
         applied_index=applied_index,
     )
+
+
+def _members(configuration: Mapping[str, Any] | None) -> frozenset[str]:
+    if not configuration:
+        return frozenset()
+    return frozenset((*configuration.get("voters", ()), *configuration.get("learners", ())))
 
 
 def _wait(start: Callable[[], Future[Any]], timeout_s: float, what: str) -> Any:

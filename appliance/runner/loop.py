@@ -26,6 +26,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -145,7 +146,14 @@ class Runner:
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        gate_refresh: Callable[[], None] | None = None,
+        promotion_check: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``gate_refresh``: asks the voters the version gate has no report from yet, on an
+        operator command's thread before the command reaches the owner (issue 36);
+        ``promotion_check(learner)``: why ``promote_voter`` must wait (None: it may go)."""
+        self._gate_refresh = gate_refresh
+        self._promotion_check = promotion_check
         self.cfg = cfg
         self.node_id = cfg.node_id
         self.machine = machine
@@ -231,12 +239,18 @@ class Runner:
         """Run one operator command on the loop; one JSON-able reply. A membership change is a
         Raft entry, not a Machine command: it goes to the replication directly, from here."""
         if command.action in MEMBERSHIP_ACTIONS:
+            refusal = self._promotion_refusal(command)
+            if refusal is not None:
+                self.log.emit("membership_refused", action=command.action, reason=refusal)
+                return error_reply(400, "refused", f"{command.action}: {refusal}")
             return membership_reply(self.replication, command, self.log)
         if command.action == "list":
             return self._list()
         refused = code_refusal(command)  # V8 parses the code first; nothing runs (issue 35)
         if refused is not None:
             return refused
+        if command.action in MUTATIONS and self._gate_refresh is not None:
+            self._refresh_gate()
         try:
             reply: dict[str, Any] = self._call(
                 lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S
@@ -252,6 +266,24 @@ class Runner:
             if seen.get("member_status"):
                 reply.setdefault("error", {})["member_status"] = seen["member_status"]
         return reply
+
+    def _promotion_refusal(self, command: OperatorCommand) -> str | None:
+        """A learner becomes a voter only once it reported a binary that applies every kind the
+        log committed (it was left out of the gate until it reported; docs/raft.md)."""
+        if command.action != "promote_voter" or self._promotion_check is None:
+            return None
+        configuration = configuration_view(self.replication).get("configuration") or {}
+        if command.args["id"] not in (configuration.get("learners") or ()):
+            return None  # not a learner: the Raft leader says why
+        return self._promotion_check(command.args["id"])
+
+    def _refresh_gate(self) -> None:
+        refresh = self._gate_refresh
+        try:
+            if refresh is not None:
+                refresh()
+        except Exception as exc:  # only the gate's freshness depends on it
+            self.log.emit("gate_refresh_failed", error=repr(exc))
 
     def _list(self) -> dict[str, Any]:
         """``list`` is this voter's local view, which needs nothing of the owner: it is answered

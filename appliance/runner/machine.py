@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from appliance.capabilities import BINARY_VERSION, command_kinds
@@ -37,6 +38,8 @@ from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
 from appliance.owner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
+from appliance.runner.committed_kinds import FILE_NAME as COMMITTED_KINDS_FILE
+from appliance.runner.committed_kinds import CommittedKinds
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import (
     READER_VERSION_AMENDED,
@@ -114,6 +117,12 @@ class Machine:
         self._checkpoint_complete = bool(parts)
         self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
         self._change_listeners: list[ChangeListener] = []
+        # What promote_voter asks a learner to apply (issue 36): the kinds the log committed.
+        self.committed_kinds = CommittedKinds(
+            None if store is None else Path(store.path).parent / COMMITTED_KINDS_FILE,
+            fresh_store=applied == 0 and not parts,
+            known=self._known_kinds,
+        )
 
     def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
         """``listener(index, command, result)`` after every apply, on the applying thread."""
@@ -134,8 +143,11 @@ class Machine:
         with self.lock:
             try:
                 command = core.command_from_json(value)
+                self.committed_kinds.note(core.command_kind(command))
                 applied = core.apply(self.state, command)
             except CoreError as err:
+                if isinstance(kind, str):  # refused, or not even decoded: still committed
+                    self.committed_kinds.note(kind)
                 command = None
                 result: Accepted | Refused = Refused(err)
                 upserts: dict[str, bytes] = {}
@@ -179,6 +191,7 @@ class Machine:
         if self._writer is not None and not self._writer.flush(RESTORE_FLUSH_S):
             raise RuntimeError("the checkpoint writer did not finish before a snapshot install")
         install()
+        self.committed_kinds.prefix_unknown()
         with self.lock:
             if self._store is None:
                 raise RuntimeError("a snapshot install needs a store")

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
+from appliance.capabilities import promotion_refusal
 from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
 from appliance.commands.operator import OperatorError, parse_operator
 from appliance.config.addresses import HostPort
@@ -155,6 +156,8 @@ class RunnerProcess:
             clock=clock,
             log=DecisionLogTee(log, self.metrics),
             gate=self.member.capabilities.refusal,
+            gate_refresh=self.member.capabilities.refresh,
+            promotion_check=self._promotion_refusal,
         )
         known = {
             "admission": credentials.admission,
@@ -194,6 +197,12 @@ class RunnerProcess:
                 observability=None if self.management is None else self.management.observability,
                 store=store,
             )
+
+    def _promotion_refusal(self, learner: str) -> str | None:
+        """Why ``learner`` may not be promoted yet: it is asked for its report now, which must
+        name every kind the log committed (appliance/runner/committed_kinds.py)."""
+        report = self.member.capabilities.report_of(learner, ask=True)
+        return promotion_refusal(learner, report, self.machine.committed_kinds.required())
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc

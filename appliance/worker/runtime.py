@@ -12,8 +12,10 @@ Theory of operation, start-up in this order (each step fails closed with a clear
    and the HTTP listener; print one JSON line ``{"event": "ready", ...}`` on stdout.
 
 SIGHUP reads the config file again and takes a changed ``admission_urls``
-(appliance.worker.reload: only that field; a file that changes another, or does not validate, is
-refused and logged, and the worker keeps the list it had). SIGTERM/SIGINT stop the listener first
+(appliance.worker.reload: only that field; a file that changes another, does not validate, or is
+not a regular file is refused and logged, and the worker keeps the list it had). The reload runs
+on a thread of its own, so a file that blocks its reader never keeps SIGTERM from stopping the
+worker. SIGTERM/SIGINT stop the listener first
 (no new work), then the engine (running executions are cancelled and their children reaped,
 recorded as ``cancelled``/"engine shutdown"), then the store. With ``metrics_addr`` a second
 loopback listener serves ``GET /metrics`` (worker bearer; appliance.worker.metrics_routes): engine
@@ -48,7 +50,7 @@ from appliance.worker.admission import AdmissionClient
 from appliance.worker.child_pids import ChildPidFile
 from appliance.worker.crash import CrashHook
 from appliance.worker.metrics_routes import METRICS_BODY_BYTES_MAX, create_worker_metrics_app
-from appliance.worker.reload import reloaded_admission_urls
+from appliance.worker.reload import BackgroundReload, reloaded_admission_urls
 from appliance.worker.routes import BODY_BYTES_MAX, create_worker_app
 from appliance.worker.service import WorkerService, now_ms_of
 
@@ -107,6 +109,7 @@ class Worker:
         self._admission: AdmissionClient | None = None
         self.lost: list[str] = []
         self.killed_children: list[int] = []
+        self._stopping = False
 
     def start(self) -> Worker:
         config = self.settings.config
@@ -203,6 +206,8 @@ class Worker:
             for path, message in exc.problems:
                 log.warning("SIGHUP: config not reloaded: %s: %s", path, message)
             return False
+        if self._stopping:  # the file took longer to read than the worker took to stop
+            return False
         before = self._admission.urls
         self._admission.replace_urls(urls)
         self.settings = dataclasses.replace(self.settings, config=fresh.config)
@@ -220,6 +225,7 @@ class Worker:
         """Listener, engine, admission client, store, in that order. A step that fails is logged
         and the next ones still run: a listener that would not stop must not leave the engine's
         threads running (they would keep the process alive) or the data_dir locked."""
+        self._stopping = True
         if self.metrics_server is not None:
             server, self.metrics_server = self.metrics_server, None
             _stop_step("the metrics listener", server.stop)
@@ -269,10 +275,12 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    # The handler only asks; the main thread reloads between its waits, not inside a handler.
+    # The handler only asks; between its waits the main thread starts the reload on a thread of
+    # its own (BackgroundReload), so a file that blocks its reader never holds up a stop.
     reload_asked = threading.Event()
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     worker = Worker(settings)
+    reloads = BackgroundReload(lambda: worker.reload(environ, config_path))
     try:
         worker.start()
     except Exception as exc:
@@ -297,7 +305,7 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
         def between_waits() -> None:
             if reload_asked.is_set():
                 reload_asked.clear()
-                worker.reload(environ, config_path)
+                reloads.request()
 
         wait_for_stop(stop, between=between_waits)
         print(stop_notice(worker.engine), file=sys.stderr, flush=True)

@@ -214,3 +214,20 @@ def test_stdin_and_management_refuse_a_command_with_the_same_code_and_words(
         commands.check_command(document, "recovery", Limits())
     assert (stdin.value.status, stdin.value.code) == (http.value.status, http.value.code)
     assert stdin.value.message == http.value.message
+
+
+def test_every_amendment_row_takes_an_optional_base_amendment_and_checks_it():
+    """Issue 36: the rule is generic, so an amendment kind added later inherits it."""
+    from appliance.commands.args import ArgumentError
+    from appliance.commands.table import AMENDMENT_ACTIONS, COMMANDS
+
+    assert {"renew_grant", "amend_remote", "amend_limits"} <= AMENDMENT_ACTIONS
+    for action in AMENDMENT_ACTIONS:
+        spec = COMMANDS[action]
+        assert "base_amendment" in spec.fields and "base_amendment" in spec.optional, action
+        assert spec.check is not None
+        with pytest.raises(ArgumentError, match=r"^base_amendment"):
+            spec.check({"base_amendment": "1"})
+    for action, spec in COMMANDS.items():
+        if action not in AMENDMENT_ACTIONS:
+            assert "base_amendment" not in spec.fields, action

@@ -179,3 +179,52 @@ def test_the_version_gate_holds_the_new_commands_and_a_jittered_definition():
         assert send(v, action="pause")["status"] == 400
         assert v.machine.read(lambda st: len(st.schedules)) == 1  # nothing reached the log
         assert {"CreateSchedule", "policy.jitter_seconds", "RunNow", "Pause"} <= set(asked)
+
+
+def test_backfill_rounds_start_up_and_end_down_to_whole_seconds_both_inclusive():
+    """A fraction of a second past a slot puts that slot outside the window (issue 36, finding
+    4: ``…T07:00:00.999999999Z`` created the 07:00:00 slot, before ``start``); nanoseconds count
+    even where a parser keeps only microseconds."""
+    with Voter() as v:
+        sid = create(v, cron="*/10 * * * *", overlap="Queue")
+        v.advance_to(T0 + 5)
+
+        def dues(start: str, end: str) -> list[str]:
+            reply = send(v, action="backfill_preview", id=sid, start=start, end=end)
+            assert reply["ok"] is True, reply
+            return [c["due"] for c in reply["created"]]
+
+        assert dues("2027-01-15T07:00:00.999999999Z", "2027-01-15T07:20:00Z") == [
+            "2027-01-15T07:10:00Z",
+            "2027-01-15T07:20:00Z",
+        ]
+        assert dues("2027-01-15T07:00:00.000000001Z", "2027-01-15T07:10:00Z") == [
+            "2027-01-15T07:10:00Z"
+        ]
+        # Exactly on a whole second, both ends stay inclusive (trailing zeros are no fraction).
+        assert dues("2027-01-15T07:00:00.000Z", "2027-01-15T07:10:00.000000000Z") == [
+            "2027-01-15T07:00:00Z",
+            "2027-01-15T07:10:00Z",
+        ]
+        # ``end`` rounds down: a fraction past a slot keeps it, just short of one drops it.
+        assert dues("2027-01-15T07:00:00Z", "2027-01-15T07:10:00.999999999Z")[-1] == (
+            "2027-01-15T07:10:00Z"
+        )
+        assert dues("2027-01-15T07:00:00Z", "2027-01-15T07:09:59.999999999Z") == [
+            "2027-01-15T07:00:00Z"
+        ]
+        # An offset is honoured with a fraction too (08:00:00.5+01:00 is 07:00:00.5Z).
+        assert dues("2027-01-15T08:00:00.5+01:00", "2027-01-15T07:10:00Z") == [
+            "2027-01-15T07:10:00Z"
+        ]
+        # A window inside one second holds no whole second: refused, naming the fields.
+        empty = send(
+            v,
+            action="backfill",
+            id=sid,
+            start="2027-01-15T07:10:00.2Z",
+            end="2027-01-15T07:10:00.8Z",
+        )
+        assert empty["ok"] is False and empty["status"] == 400, empty
+        assert "start" in empty["error"]["message"] and "whole second" in empty["error"]["message"]
+        assert v.record(1) is None
