@@ -68,12 +68,13 @@ runner's output and history (docs/protocol.md)::
          "decision": "allow", "reason": null, "credentials": ["HOOK_TOKEN"],
          "address": "93.184.216.34", "status": 200, "error": null,
          "request_bytes": 17, "response_bytes": 2, "ms": 41}],
-     "over_limit": 0}
+     "over_limit": 0, "records_dropped": 0}
 
 ``url`` is origin and path, never the query; ``decision`` is ``allow``, ``deny`` or
 ``refused`` (the gate refused it before asking the policy); ``over_limit`` counts calls refused
 because ``max_requests`` was spent (they have no record). At most ``max_requests`` records, each
-field bounded.
+field bounded, and at most 32 KiB of them (``records_dropped`` counts the ones past that).
+``on_record`` receives exactly the records the report keeps.
 """
 
 from __future__ import annotations

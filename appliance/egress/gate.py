@@ -31,7 +31,7 @@ from appliance.egress.exchange import Exchange
 from appliance.egress.handoff import EgressHandoff
 from appliance.egress.model import KIND_ABORTED, FetchRequest, Invocation
 from appliance.egress.policy import OpaPolicy, Policy, PolicyRunner, RegoPolicy
-from appliance.egress.record import report_document
+from appliance.egress.record import REPORT_BYTES_MAX, record_bytes, report_document
 
 RESOLVERS_MAX: Final = 8
 
@@ -117,6 +117,8 @@ class AttemptEgress:
         self._slots_left = gate.settings.max_requests
         self._over_limit = 0
         self._records: list[dict[str, Any]] = []
+        self._records_bytes = 0
+        self._records_dropped = 0
         self._exchanges: set[Exchange] = set()
         self._closed = False
 
@@ -150,7 +152,7 @@ class AttemptEgress:
     def report(self) -> dict[str, Any]:
         """The ``egress`` report document (appliance/egress/__init__.py)."""
         with self._lock:
-            return report_document(self._records, self._over_limit)
+            return report_document(self._records, self._over_limit, self._records_dropped)
 
     @property
     def in_flight(self) -> int:
@@ -179,7 +181,12 @@ class AttemptEgress:
         )
 
     def add_record(self, record: dict[str, Any]) -> None:
+        size = record_bytes(record)
         with self._lock:
+            if self._records_bytes + size > REPORT_BYTES_MAX:
+                self._records_dropped += 1
+                return
+            self._records_bytes += size
             self._records.append(record)
         if self._on_record is not None:
             self._on_record(record)

@@ -4,21 +4,25 @@ Theory of operation: the record is what an operator needs to audit what a script
 method, where (origin and path: the query is left out, it often carries data that is not the
 operator's), what the policy said and why, which credentials (by name) went with it, what came
 back (status or error), how many bytes each way and how long it took. Every text is bounded and
-flattened to one line, so at most ``max_requests`` records (256 at most) keep the report small
-enough for the worker store and every document that carries it. ``bounded_report`` is applied
-again by the worker to what a child sends: the child runs scripts, so its word is re-checked.
+flattened to one line, and the whole report is bounded too (``REPORT_BYTES_MAX`` of JSON: the
+observation document that carries it must stay within what the runner reads from a worker, 512
+KiB, next to the output and the result); records past that are counted in ``records_dropped``,
+never silently lost. ``bounded_report`` is applied again by the worker to what a child sends:
+the child runs scripts, so its word is re-checked.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, Final
 
 from appliance.config.egress import MAX_REQUESTS_RANGE
 from appliance.egress.model import DECISIONS
 
-RECORD_URL_BYTES_MAX: Final = 512
-RECORD_TEXT_BYTES_MAX: Final = 512
+RECORD_URL_BYTES_MAX: Final = 256
+RECORD_TEXT_BYTES_MAX: Final = 256
+REPORT_BYTES_MAX: Final = 32 * 1024
 RECORD_NAMES_MAX: Final = 32
 RECORDS_MAX: Final = MAX_REQUESTS_RANGE[1]
 _UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f]+")
@@ -74,8 +78,19 @@ def make_record(
     }
 
 
-def report_document(records: list[dict[str, Any]], over_limit: int) -> dict[str, Any]:
-    return {"requests": list(records), "over_limit": over_limit}
+def record_bytes(record: dict[str, Any]) -> int:
+    """What a record adds to the report's JSON (with its separator)."""
+    return len(json.dumps(record, ensure_ascii=False).encode("utf-8")) + 2
+
+
+def report_document(
+    records: list[dict[str, Any]], over_limit: int, records_dropped: int = 0
+) -> dict[str, Any]:
+    return {
+        "requests": list(records),
+        "over_limit": over_limit,
+        "records_dropped": records_dropped,
+    }
 
 
 def bounded_report(document: object) -> dict[str, Any] | None:
@@ -83,6 +98,8 @@ def bounded_report(document: object) -> dict[str, Any] | None:
     if not isinstance(document, dict) or not isinstance(document.get("requests"), list):
         return None
     records = []
+    dropped = _count(document.get("records_dropped"))
+    used_bytes = 0
     for item in document["requests"][:RECORDS_MAX]:
         if not isinstance(item, dict):
             continue
@@ -104,8 +121,13 @@ def bounded_report(document: object) -> dict[str, Any] | None:
         )
         for name in _INT_FIELDS[2:]:
             record[name] = _count(item.get(name))
+        used_bytes += record_bytes(record)
+        if used_bytes > REPORT_BYTES_MAX:
+            dropped += 1
+            continue
         records.append(record)
-    return report_document(records, _count(document.get("over_limit")))
+    dropped += max(0, len(document["requests"]) - RECORDS_MAX)
+    return report_document(records, _count(document.get("over_limit")), dropped)
 
 
 def _count(value: object) -> int:
