@@ -44,6 +44,7 @@ OPA_DATA_PATH: Final = "/v1/data/appliance/egress"
 POLICY_BYTES_MAX: Final = 1024 * 1024
 REASON_BYTES_MAX: Final = 512
 EVALUATORS_MAX: Final = 8
+LOAD_TRIAL_TIMEOUT_S: Final = 10.0
 OPA_RESPONSE_BYTES_MAX: Final = 64 * 1024
 _PACKAGE_LINE: Final = re.compile(r"^\s*package\s+([A-Za-z0-9_.\"\[\]]+)\s*$", re.MULTILINE)
 _ERROR_HEAD: Final = re.compile(r"\(error (\d+):")
@@ -134,7 +135,9 @@ class RegoPolicy:
         self._local = threading.local()
 
     @classmethod
-    def load(cls, source: str, file: str) -> RegoPolicy:
+    def load(
+        cls, source: str, file: str, *, trial_timeout_s: float = LOAD_TRIAL_TIMEOUT_S
+    ) -> RegoPolicy:
         """Compile and try ``source``; PolicyLoadError with file and line when it cannot work."""
         if len(source.encode("utf-8")) > POLICY_BYTES_MAX:
             raise PolicyLoadError(file, f"is larger than {POLICY_BYTES_MAX} bytes")
@@ -150,7 +153,20 @@ class RegoPolicy:
             )
         policy = cls(source, file)
         policy._interpreter()  # raises PolicyLoadError with the position
-        ok, text = policy._query(SAMPLE_INPUT)
+        # The trial runs on a thread of its own so that a module that never ends cannot hang
+        # the worker's start-up; it is left to finish, the worker does not start.
+        trial: Future[tuple[bool, str]] = Future()
+        threading.Thread(
+            target=lambda: _settle(trial, policy._query, SAMPLE_INPUT),
+            name="egress-policy-trial",
+            daemon=True,
+        ).start()
+        try:
+            ok, text = trial.result(trial_timeout_s)
+        except TimeoutError:
+            raise PolicyLoadError(
+                file, f"evaluating a sample request took longer than {trial_timeout_s:g} s"
+            ) from None
         if not ok or text.startswith("("):
             raise PolicyLoadError(
                 file, f"evaluating a sample request failed: {_error_message(text)}"
@@ -193,6 +209,13 @@ class RegoPolicy:
             return bool(rego_output_ok(output)), str(rego_output_string(output))
         finally:
             rego_free_output(output)
+
+
+def _settle(future: Future[Any], work: Any, *args: Any) -> None:
+    try:
+        future.set_result(work(*args))
+    except BaseException as exc:
+        future.set_exception(exc)
 
 
 def _compile(source: str, file: str) -> Any:
