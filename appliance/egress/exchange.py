@@ -30,6 +30,7 @@ import string
 import threading
 import time
 from concurrent.futures import Future
+from http.client import HTTPException
 from typing import TYPE_CHECKING, Any, Final
 
 import urllib3
@@ -160,6 +161,10 @@ class Exchange:
         )
         try:
             return self._fetch(deadline)
+        except FetchFailed:
+            raise
+        except Exception as exc:  # the contract: run() fails only with FetchFailed
+            raise FetchFailed(KIND_NETWORK, f"the request failed ({type(exc).__name__})") from None
         finally:
             gate.deadlines.cancel(token)
             for watch in self._watches:
@@ -367,7 +372,7 @@ class Exchange:
             response = connection.getresponse()
             status = response.status
             location = self._redirect_location(response, hop)
-            body = self._read_body(response)
+            body = self._read_body(response, hop.method)
             received = len(body)
             headers = tuple((name.lower(), value) for name, value in response.headers.items())
             _refuse_echo(attached, body, headers)
@@ -381,7 +386,7 @@ class Exchange:
                 **fields,
             )
             raise
-        except (OSError, HTTPError, Aborted, ValueError) as exc:
+        except (OSError, HTTPError, HTTPException, Aborted, ValueError) as exc:
             failure = self._network_failure(exc, pin)
             self._record(
                 decision=DECISION_ALLOW,
@@ -430,10 +435,17 @@ class Exchange:
             )
         return location if mode == REDIRECT_FOLLOW else None
 
-    def _read_body(self, response: Any) -> bytes:
+    def _read_body(self, response: Any, method: str) -> bytes:
         limit = self._attempt.gate.settings.max_response_bytes
         declared = response.headers.get("content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        # A HEAD's (or a 304's) Content-Length describes a body that is not sent.
+        bodiless = method == "HEAD" or response.status in (204, 304)
+        if (
+            not bodiless
+            and declared is not None
+            and declared.strip().isdigit()
+            and int(declared) > limit
+        ):
             raise FetchFailed(
                 KIND_TOO_LARGE,
                 f"the response is {int(declared)} bytes (Content-Length), more than "
@@ -468,7 +480,7 @@ class Exchange:
             if isinstance(cause, TimeoutError):
                 return FetchFailed(KIND_TIMEOUT, f"timed out talking to {where}")
             cause = cause.__cause__ or cause.__context__
-        if isinstance(exc, HTTPError):
+        if isinstance(exc, HTTPError | HTTPException):
             return FetchFailed(
                 KIND_NETWORK, f"the response from {where} is not valid HTTP ({type(exc).__name__})"
             )

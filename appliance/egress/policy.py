@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from appliance.config.urls import Origin
+from appliance.engine.text import well_formed
 
 POLICY_PACKAGE: Final = "appliance.egress"
 POLICY_QUERY: Final = "data.appliance.egress"
@@ -211,7 +212,7 @@ class RegoPolicy:
 
         compiled = self._interpreter()
         interpreter, bundle = compiled
-        interpreter.set_input_term(json.dumps(input_document))
+        interpreter.set_input_term(input_term(input_document))
         output = rego_bundle_query(interpreter._impl, bundle._impl)
         try:
             return bool(rego_output_ok(output)), str(rego_output_string(output))
@@ -219,6 +220,13 @@ class RegoPolicy:
             rego_free_output(output)
             with self._idle_lock:
                 self._idle.append(compiled)
+
+
+def input_term(document: dict[str, Any]) -> str:
+    """The input as Rego reads it: UTF-8 JSON. Not ``\\u`` escapes: rego-cpp keeps a surrogate
+    pair escaped that way as two code points, so "😀" in the input would not equal "😀" in the
+    module. A lone surrogate (possible in text from JavaScript) becomes U+FFFD first."""
+    return well_formed(json.dumps(document, ensure_ascii=False))
 
 
 def _settle(future: Future[Any], work: Any, *args: Any) -> None:

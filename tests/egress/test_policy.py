@@ -115,6 +115,19 @@ def test_only_exactly_true_allows(document: Any, allowed: bool) -> None:
     assert interpret(document).allowed is allowed
 
 
+def test_text_beyond_ascii_compares_equal_to_the_modules_literals() -> None:
+    # The input goes to rego-cpp as UTF-8: a \\u-escaped surrogate pair would not compare equal.
+    policy = load(
+        "package appliance.egress\nimport rego.v1\n"
+        'allow if input.invocation.schedule_name == "résumé 😀"\n'
+    )
+    named = {**SAMPLE_INPUT, "invocation": {**SAMPLE_INPUT["invocation"], "schedule_name": ""}}
+    named["invocation"]["schedule_name"] = "résumé 😀"
+    assert policy.evaluate(named, 1.0).allowed
+    named["invocation"]["schedule_name"] = "lone \ud83d surrogate"
+    assert not policy.evaluate(named, 1.0).allowed  # evaluated (U+FFFD), not an encoding crash
+
+
 def test_reasons_are_bounded_and_flattened() -> None:
     decision = interpret({"allow": False, "reason": "a\nb" + "x" * 2000})
     assert "\n" not in decision.reason
