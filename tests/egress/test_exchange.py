@@ -750,3 +750,33 @@ def test_a_server_that_does_not_speak_http_fails_the_fetch_cleanly() -> None:
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_an_external_opa_decides_and_its_input_holds_no_credential_value(
+    target: TargetServer,
+) -> None:
+    from tests.egress.fake_opa import FakeOpa
+
+    opa = FakeOpa((200, {"result": {"allow": True}}))
+    try:
+        gate = make_gate(opa.policy(), credentials=[credential(target.origin, SECRET)])
+        fetch(attempt_of(gate), target.url("/status/204"))
+        assert target.requests[-1].headers["authorization"] == SECRET
+        (seen,) = opa.inputs
+        assert seen["credentials"] == ["HOOK_TOKEN"] and "authorization" not in seen["headers"]
+        assert all(SECRET.encode() not in body for body in opa.raw_bodies)
+        assert SECRET.split()[1].encode() not in opa.raw_bodies[0]
+    finally:
+        opa.close()
+
+
+def test_an_external_opa_that_denies_stops_the_request(target: TargetServer) -> None:
+    from tests.egress.fake_opa import FakeOpa
+
+    opa = FakeOpa((200, {"result": {"allow": False, "reason": "opa says no"}}))
+    try:
+        with pytest.raises(EgressDenied, match="opa says no"):
+            fetch(attempt_of(make_gate(opa.policy())), target.url("/status/204"))
+        assert target.requests == []
+    finally:
+        opa.close()
