@@ -187,7 +187,9 @@ class Exchange:
                 url=url_for_record(str(request.url)),
                 decision=DECISION_REFUSED,
                 reason=exc.message,
-                request_bytes=len(request.body or b""),
+                request_bytes=len(request.body)
+                if isinstance(request.body, bytes | bytearray)
+                else 0,
                 started=started,
             )
             raise
@@ -219,15 +221,26 @@ class Exchange:
     def _next_hop(self, hop: _Hop, response: FetchResponse, location: str) -> _Hop:
         settings = self._attempt.gate.settings
         number = hop.number + 1
-        if number > settings.max_redirects:
-            raise FetchFailed(
-                KIND_REFUSED,
-                f"more than {settings.max_redirects} redirects (egress.max_redirects)",
+        try:
+            if number > settings.max_redirects:
+                raise FetchFailed(
+                    KIND_REFUSED,
+                    f"more than {settings.max_redirects} redirects (egress.max_redirects)",
+                )
+            target = resolve_location(hop.target, location)
+        except FetchFailed as exc:  # the hop that was not taken is on the record too
+            self._record(
+                hop=number,
+                method=hop.method,
+                url=url_for_record(location),
+                decision=DECISION_REFUSED,
+                reason=exc.message,
+                started=time.monotonic(),
             )
+            raise
         if not self._attempt.take_slot():
             self._attempt.count_over_limit()
             raise FetchFailed(KIND_REFUSED, self._attempt.over_limit_message())
-        target = resolve_location(hop.target, location)
         method, body = hop.method, hop.body
         if (response.status == 303 and method != "HEAD") or (
             response.status in (301, 302) and method == "POST"

@@ -372,6 +372,9 @@ def test_max_redirects_at_the_boundary(target: TargetServer) -> None:
     three = redirect_to(target, two)
     with pytest.raises(FetchFailed, match=r"more than 2 redirects \(egress.max_redirects\)"):
         fetch(attempt, three, redirect="follow")
+    refused_hop = attempt.report()["requests"][-1]
+    assert (refused_hop["hop"], refused_hop["decision"]) == (3, "refused")
+    assert "egress.max_redirects" in refused_hop["reason"]
 
 
 # -- limits ------------------------------------------------------------------------------------
