@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from appliance.egress.model import FetchRequest, Invocation
+from appliance.egress.model import EgressInvocation, FetchRequest
 from tests.egress.conftest import ALLOW_ALL, make_gate, rego
 from tests.ports import free_ports
 
@@ -34,7 +34,7 @@ def receiver(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     namespace["db"].close()
 
 
-def post(port: int, invocation: Invocation, body: bytes) -> tuple[int, str]:
+def post(port: int, invocation: EgressInvocation, body: bytes) -> tuple[int, str]:
     gate = make_gate(rego(ALLOW_ALL))
     attempt = gate.open_attempt(invocation, time.monotonic() + 10)
     response = attempt.prepare(
@@ -46,10 +46,10 @@ def post(port: int, invocation: Invocation, body: bytes) -> tuple[int, str]:
 
 def test_the_documented_receiver_applies_once_and_fences_stale_owners(receiver: Any) -> None:
     namespace, port = receiver
-    first = Invocation("ops", 3, "nightly", 17, attempt=1, ownership_epoch=4)
-    retry = Invocation("ops", 3, "nightly", 17, attempt=2, ownership_epoch=4)
-    later = Invocation("ops", 3, "nightly", 18, attempt=1, ownership_epoch=5)
-    late_old_owner = Invocation("ops", 3, "nightly", 19, attempt=1, ownership_epoch=4)
+    first = EgressInvocation("ops", 3, "nightly", 17, attempt=1, ownership_epoch=4)
+    retry = EgressInvocation("ops", 3, "nightly", 17, attempt=2, ownership_epoch=4)
+    later = EgressInvocation("ops", 3, "nightly", 18, attempt=1, ownership_epoch=5)
+    late_old_owner = EgressInvocation("ops", 3, "nightly", 19, attempt=1, ownership_epoch=4)
     assert post(port, first, b"report 17") == (200, "applied")
     assert post(port, retry, b"report 17") == (200, "already applied")
     assert post(port, later, b"report 18") == (200, "applied")
