@@ -111,6 +111,7 @@ class Exchange:
         self._watches: list[SocketWatch] = []
         self._started = False
         self._finished = threading.Event()
+        self._timeout_message = "no response in time"
 
     # -- control, from any thread --
 
@@ -154,10 +155,9 @@ class Exchange:
             0.0, min(gate.settings.request_timeout_ms / 1000, self._attempt.deadline - now)
         )
         deadline = now + budget_s
-        budget_ms = round(budget_s * 1000)
+        self._timeout_message = f"no response within {round(budget_s * 1000)} ms"
         token = gate.deadlines.add(
-            deadline,
-            lambda: self.abort(KIND_TIMEOUT, f"no response within {budget_ms} ms"),
+            deadline, lambda: self.abort(KIND_TIMEOUT, self._timeout_message)
         )
         try:
             return self._fetch(deadline)
@@ -490,8 +490,8 @@ class Exchange:
                 return FetchFailed(KIND_NETWORK, f"TLS failed: {cause.reason or 'handshake'}")
             if isinstance(cause, ConnectionRefusedError):
                 return FetchFailed(KIND_NETWORK, f"connection refused by {where}")
-            if isinstance(cause, TimeoutError):
-                return FetchFailed(KIND_TIMEOUT, f"timed out talking to {where}")
+            if isinstance(cause, TimeoutError):  # the socket's own bound, at the same deadline
+                return FetchFailed(KIND_TIMEOUT, f"{self._timeout_message} from {where}")
             cause = cause.__cause__ or cause.__context__
         if isinstance(exc, HTTPError | HTTPException):
             return FetchFailed(
