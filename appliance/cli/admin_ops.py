@@ -881,6 +881,41 @@ def _when(instant: Any, tz: Any) -> str | None:
     return None if instant is None else iso_time(instant, tz)
 
 
+def egress_lines(egress: Any) -> list[str]:
+    """One line per egress request of the attempt (issue 32): what left, what the policy said
+    and what came back."""
+    if not isinstance(egress, dict) or not isinstance(egress.get("requests"), list):
+        return []
+    requests = [r for r in egress["requests"] if isinstance(r, dict)]
+    lines = [f"-- egress: {len(requests)} request(s)\n"]
+    for r in requests:
+        hop = f".{r.get('hop')}" if r.get("hop") else ""
+        said = str(r.get("decision"))
+        if r.get("reason"):
+            said += f" ({r.get('reason')})"
+        came = r.get("error") or (f"HTTP {r.get('status')}" if r.get("status") else "")
+        names = (
+            f" with {', '.join(map(str, r.get('credentials') or []))}"
+            if r.get("credentials")
+            else ""
+        )
+        lines.append(
+            escape(
+                f"   {r.get('n')}{hop} {r.get('method')} {r.get('url')}{names}: {said}"
+                + (f"; {came}" if came else "")
+                + f"; {r.get('request_bytes')}/{r.get('response_bytes')} bytes, {r.get('ms')} ms"
+            )
+            + "\n"
+        )
+    for key, what in (
+        ("over_limit", "refused past egress.max_requests"),
+        ("records_dropped", "not recorded (report full)"),
+    ):
+        if egress.get(key):
+            lines.append(f"   {egress[key]} more {what}\n")
+    return lines
+
+
 def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = None) -> str:
     """What one attempt did: its console text (escaped on a terminal, newlines and tabs kept),
     then its value or error (with the stack) and timings, then a trailer."""
@@ -914,6 +949,7 @@ def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = No
             + (f" ({took} ms)" if isinstance(took, int) else "")
             + "\n"
         )
+    parts.extend(egress_lines(reply.get("egress")))
     note = (
         f"-- occurrence {reply.get('occurrence_id')} attempt {reply.get('attempt')} "
         f"({reply.get('execution_id')}, {reply.get('status')}): {output.get('bytes')} bytes"

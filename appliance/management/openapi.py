@@ -396,6 +396,16 @@ def _extension_schemas() -> dict[str, Any]:
                         "truncated": {"type": "boolean"},
                     },
                 },
+                "egress": {
+                    "type": ["object", "null"],
+                    "description": "each request the script made through fetch() (issue 32; "
+                    "docs/protocol.md, 'Egress records'); null when the worker has no egress",
+                    "properties": {
+                        "requests": {"type": "array", "items": _OBJECT},
+                        "over_limit": {"type": "integer"},
+                        "records_dropped": {"type": "integer"},
+                    },
+                },
             },
         },
     }

@@ -3,7 +3,8 @@
 Where each piece is kept (docs/management.md "What ran"): the checkpoint keeps only the short
 ``failure_reason`` of an occurrence (``appliance.owner.report_text.failure_reason``, e.g.
 ``uncaught exception: Error: boom``). The completion value, the thrown error's message and stack,
-the console output and the timings live with the execution at the worker (its store's execution
+the console output, the timings and the egress records (issue 32) live with the execution at
+the worker (its store's execution
 record) and are fetched on demand through the executions route, like output always was; they
 are kept as long as the worker keeps the execution (the worker's retention must not prune an
 execution before its occurrence leaves the runner's retention).
@@ -20,6 +21,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from appliance.egress.record import bounded_report
 from appliance.owner.report_text import retry_note
 from appliance.protocol.v1 import invocation_of
 
@@ -93,6 +95,8 @@ def attempt_report(document: Mapping[str, Any]) -> dict[str, Any]:
             "bytes": raw_bytes,
             "truncated": bool(output.get("truncated")) or cut,
         },
+        # Each request the script made outside (issue 32), bounded; None without egress.
+        "egress": bounded_report(document.get("egress")),
     }
 
 
