@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from appliance.quickstart.attempt_report import attempt_report
+from appliance.metrics.attempt_report import attempt_report
 
 from appliance.cli.admin_ops import egress_lines, render_output
 from appliance.core.errors import InvalidConfig
