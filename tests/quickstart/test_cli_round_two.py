@@ -148,7 +148,7 @@ def test_watch_prints_committed_changes_and_follow_prints_output_then_the_result
     ]  # fmt: skip
     # The newest demo occurrence, followed to its end (it may be running or already done).
     listed = json.loads(cli(qs, "admin", "list", "occurrences", "--json").stdout)["result"]
-    upcoming = max(o["id"] for o in listed["occurrences"])
+    upcoming = max(o["id"] for o in listed["occurrences"] if o["schedule_id"] == 1)
     followed = cli(qs, "admin", "output", str(upcoming), "--follow")
     assert followed.returncode == 0, followed.stderr
     assert f"hello from the appliance, occurrence {upcoming}" in followed.stdout
