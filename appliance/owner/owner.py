@@ -2,17 +2,20 @@
 
 Contract
 --------
-``Owner(cfg=, state=, time_scale=, unknown_poll_s=, gate=)``; then ``owner.handle(event, wall_s)``
-returns the list of effects to carry out, in order. No threads, clocks, sockets, sleeps or queues
-inside: ``wall_s`` is the wall instant (Unix seconds, possibly scaled) at which the driver hands
-the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`` over the
-*committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
-version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet,
-or None; a gated command is never proposed and counts as a definite refusal. Events and effects
-are the frozen dataclasses of appliance/owner/events.py. The class is assembled from small
-modules: owner_serial.py (tokens, continuations, timers), owner_attempts.py (one attempt's
-dispatch, observation, Unknown and cancellation), owner_requests.py (admission and operator
-commands) and this one (leadership, ownership, the pulse and claims).
+``Owner(cfg=, state=, time_scale=, unknown_poll_s=, gate=, strict=)``; then ``owner.handle(event,
+wall_s)`` returns the list of effects to carry out, in order. No threads, clocks, sockets, sleeps
+or queues inside: ``wall_s`` is the wall instant (Unix seconds, possibly scaled) at which the
+driver hands the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`` over
+the *committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
+version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet, or
+None; a gated command is never proposed and counts as a definite refusal. ``strict`` says what an
+exception inside a decision does: with it (the simulator, the tests) it is raised out of
+``handle``, since a bug is a bug; without it (production, the default) it is logged as
+``loop_error``, the decision is dropped and its caller answered ``ReplyFailed``. Events and effects
+are the frozen dataclasses of appliance/owner/events.py. The class is assembled from small modules:
+owner_serial.py (tokens, continuations, timers), owner_attempts.py (one attempt's dispatch,
+observation, Unknown and cancellation), owner_requests.py (admission and operator commands) and
+this one (leadership, ownership, the pulse and claims).
 
 Who feeds what (the driver, appliance/runner/loop.py, or a simulator):
 
@@ -134,8 +137,9 @@ class Owner(RequestDecisions):
         time_scale: float = 1.0,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        strict: bool = False,
     ) -> None:
-        super().__init__(state, time_scale, gate)
+        super().__init__(state, time_scale, gate, strict)
         # The genesis contract's remote and limits; ``cfg`` folds the committed amendments in.
         self._genesis_cfg = cfg
         self._cfg_in_force: tuple[Any, RunnerConfig] = (None, cfg)
@@ -220,6 +224,8 @@ class Owner(RequestDecisions):
         try:
             self._dispatch(event)
         except Exception as exc:  # a bug must not kill scheduling silently
+            if self.strict:
+                raise
             self._emit_log("loop_error", error=repr(exc))
             request = getattr(event, "request", None)
             if isinstance(request, int):

@@ -63,8 +63,14 @@ class NotOwner(Exception):
 class SerialCore:
     """Tokens, effects, timers and the one suspended decision; the owner builds on it."""
 
-    def __init__(self, state: StateReader, time_scale: float, gate: Gate | None = None) -> None:
+    def __init__(
+        self, state: StateReader, time_scale: float, gate: Gate | None = None, strict: bool = False
+    ) -> None:
         self.time_scale = time_scale
+        # Strict (the simulator, the tests): an exception inside a decision is a bug and is
+        # raised to the driver. Otherwise (production) it is logged as ``loop_error`` and the
+        # decision is dropped, so one bug does not stop all scheduling.
+        self.strict = strict
         # The version gate (appliance/capabilities.py): why a command kind may not be proposed
         # yet, or None. Without one (tests, a single binary) every kind this binary knows goes.
         self._gate = gate
@@ -122,6 +128,8 @@ class SerialCore:
             self._chain = self._chain_request = None
             return
         except Exception as exc:  # a bug must not kill scheduling silently
+            if self.strict:
+                raise
             self._emit_log("loop_error", error=repr(exc))
             if self._chain_request is not None:
                 self._out.append(ReplyFailed(self._chain_request, repr(exc)))

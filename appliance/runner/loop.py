@@ -16,6 +16,11 @@ The loop thread never blocks on Raft or the worker: a proposal, a barrier or a w
 on a pool and its answer comes back through the queue, where the owner continues the decision
 that waited for it. This module builds no core command: it proposes only what an owner
 ``Propose`` effect carries (tests/runner/test_driver.py checks).
+
+An exception out of the owner is a bug. In production (``strict=False``) it is logged as
+``loop_error``, the caller waiting on that event is failed, and the loop goes on; under
+``strict=True`` (the tests) the loop also stops, keeps the exception in ``failure`` and re-raises
+it on its thread, so the test sees it instead of a log line nobody reads.
 """
 
 from __future__ import annotations
@@ -142,8 +147,14 @@ class Runner:
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        strict: bool = False,
     ) -> None:
         self.cfg = cfg
+        # Strict (tests): an exception inside the owner or this loop stops the loop and is kept
+        # in ``failure``; otherwise (production) it is logged as ``loop_error`` and the loop
+        # goes on.
+        self.strict = strict
+        self.failure: BaseException | None = None
         self.node_id = cfg.node_id
         self.machine = machine
         self.replication = replication
@@ -156,6 +167,7 @@ class Runner:
             time_scale=clock.time_scale,
             unknown_poll_s=unknown_poll_s,
             gate=gate,
+            strict=strict,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -329,6 +341,14 @@ class Runner:
             request = getattr(event, "request", None)
             if isinstance(request, int):
                 self._fail(request, repr(exc))
+            if self.strict:  # a bug is a bug: the loop stops and the test sees ``failure``
+                self.failure = exc
+                self._stopped.set()
+                with self._requests_lock:  # no one waits for a loop that stopped
+                    waiting = list(self._requests)
+                for pending in waiting:
+                    self._fail(pending, f"the runner loop stopped: {exc!r}")
+                raise
             return
         for effect in effects:
             self._carry_out(effect)

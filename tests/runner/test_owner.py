@@ -49,7 +49,7 @@ class Bench:
     def __init__(self) -> None:
         self.cfg = config()
         self.machine = Machine(None, self.cfg.limits)
-        self.owner = Owner(cfg=self.cfg, state=self.machine)
+        self.owner = Owner(cfg=self.cfg, state=self.machine, strict=True)
         self.wall_s = float(T0 + 1)
         self.index = 0
         self.pending: list[Any] = []  # effects not yet answered
@@ -468,6 +468,7 @@ def gated_fence_bench() -> Bench:
     bench.owner = Owner(
         cfg=bench.cfg,
         state=bench.machine,
+        strict=True,
         gate=lambda kind: "not yet: v2 (binary 0.0.9)" if kind == "FenceDispatch" else None,
     )
     return bench
@@ -541,6 +542,7 @@ def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
     bench.owner = Owner(
         cfg=bench.cfg,
         state=bench.machine,
+        strict=True,
         gate=lambda kind: "waits for v2" if kind == "CreateSchedule" else None,
     )
     bench.acquire()
@@ -569,7 +571,7 @@ def test_the_claims_of_one_pulse_are_proposed_together() -> None:
     bench = Bench()
     bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=2))
     bench.machine = Machine(None, bench.cfg.limits)
-    bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
+    bench.owner = Owner(cfg=bench.cfg, state=bench.machine, strict=True)
     due_catch_up(bench, 4)  # four created, two claimed in the observation (the running limit)
     # Paced dispatch: the first send probes the worker alone; its answer states no capacity
     # (an older worker), so the second one follows as before pacing.

@@ -78,7 +78,7 @@ def _bench(running: int = BURST) -> Bench:
     bench = Bench()
     bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=running))
     bench.machine = Machine(None, bench.cfg.limits)
-    bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
+    bench.owner = Owner(cfg=bench.cfg, state=bench.machine, strict=True)
     bench.acquire()
     for i in range(BURST):
         document = definition(name=f"burst-{i}", overlap="Concurrent")

@@ -26,6 +26,10 @@ granted, and every launch the engines saw. Each rule is checked where it can fir
   ``Cancelling``; every replica is byte-identical to the reference; every committed schedule is
   still there. The run also counts ``Unknown`` occurrences with and without a committed permit
   (issue 23); ``strict_unknown`` fails any without one.
+
+And everywhere: an exception raised inside an owner is a bug (issue 31). The owners run strict
+(``SystemOptions.strict``), so it leaves ``Owner.handle`` and the voter's driver reports it as a
+violation (``RULE_OWNER_RAISED``) with the seed, instead of a ``loop_error`` nobody counts.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
 RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
 RULE_PACED = "a paced owner sends no more than the worker takes"
+RULE_OWNER_RAISED = "no exception inside an owner"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -363,6 +368,8 @@ class Ledger:
         """Count the decisions that show pacing at work (``reached``)."""
         if event in ("capacity_wait", "capacity_send", "dispatch_not_dispatched"):
             self.events[f"pacing:{event}"] += 1
+        elif event == "loop_error":  # only a lenient run gets here: a strict one fails at once
+            self.events["loop_error"] += 1
 
     def summarize(self, result: SystemResult) -> None:
         occurrences = self.reference.state.occurrences.values()
