@@ -71,6 +71,7 @@ from appliance.owner.events import (
 from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
+from appliance.protocol import v1
 from appliance.replication.base import Leadership, NotLeader, ProposalLost
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
@@ -269,13 +270,14 @@ class Runner:
             return error_reply(503, "unavailable", "the runner could not render its local view")
 
     def admit(self, binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
-        """The admission route's call: (HTTP status, body without the protocol field)."""
+        """The admission route's call: (HTTP status, body); an error body is the protocol's
+        error document (``v1.error_document``)."""
         try:
             return self._call(  # type: ignore[no-any-return]
                 lambda r: AdmissionRequest(r, binding, incarnation), ADMIT_REPLY_TIMEOUT_S
             )
         except Exception:  # a timeout, or a failure inside the loop: a permit may exist
-            return 503, {"error": {"code": "uncertain", "message": "no answer in time"}}
+            return 503, v1.error_document(v1.ADMIT_UNCERTAIN_CODE, "no answer in time")
 
     def drain_and_stop(self, drain_s: float) -> None:
         """Stop scheduling; keep answering admissions while observation and cancellation finish
