@@ -43,6 +43,7 @@ from appliance.core.limits import Limits
 from appliance.core.pause import Resume
 from appliance.core.runner_parts import admission_of
 from appliance.core.state_model import payload_digest
+from appliance.owner.pacing import PACING_PROBE
 from appliance.runner.machine import Accepted, Machine, decode_command
 from appliance.worker.memory_store import MemoryDisk
 
@@ -345,13 +346,14 @@ class Ledger:
         re-observes after a takeover were sent by an earlier owner and may exceed it.)"""
         if not any(getattr(e, "event", None) == "capacity_send" for e in effects):
             return
-        if owner._pacing == "probe":
+        pacing = owner.pacing
+        if pacing.mode == PACING_PROBE:
             if owner.execs_outstanding() > 1:
                 raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
             return
-        window = owner._window()
+        window = pacing.window()
         in_flight = owner.in_flight()
-        capacity = owner._capacity
+        capacity = pacing.capacity
         stated = (
             None
             if capacity is None
