@@ -18,7 +18,8 @@ every voter applies it yet) the attempt falls back to Unknown, its reason saying
 commits Cancelling before the worker is contacted; its answer (``_cancel_done``) makes it Cancelled
 only on a confirmed stop, returns it on a fence before consume, keeps a completion that won, and
 asks again otherwise. ``Work`` is owner-side memory, never replicated: after a takeover it is
-rebuilt from the committed claims.
+rebuilt from the committed claims. What the owner is doing with each one is its ``phase``, moved
+only through the table of appliance/owner/attempt_phase.py (``Work.move``).
 
 Collaborators, each asked, none inherited: ``Pacing`` (appliance/owner/pacing.py) says whether one
 more attempt may be sent and learns from every answer; ``CapacityWaits`` holds the claimed attempts
@@ -29,7 +30,7 @@ it had no room for; ``QueueView`` says when to look at one waiting in the worker
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Final
 
 from appliance.config.rfc3339 import parse_rfc3339
@@ -37,6 +38,7 @@ from appliance.core import state as core
 from appliance.core.occurrence import OccurrenceState
 from appliance.owner import dispatch_outcome, ownership
 from appliance.owner.applied import Accepted, NotYetApplicable, Refused
+from appliance.owner.attempt_phase import AttemptPhase, PhaseEvent
 from appliance.owner.binding import execution_id
 from appliance.owner.capacity_wait import CapacityWaits
 from appliance.owner.commits import Commits
@@ -55,28 +57,38 @@ from appliance.owner.queue import QueueView
 from appliance.owner.report_text import failure_reason
 from appliance.owner.serial import Chain, Serial
 from appliance.owner.standing import Standing
-from appliance.owner.worker_answers import CancelResult, Capacity, ExecResult, ObserveResult
+from appliance.owner.work import (
+    CANCEL_ATTEMPTS_MAX,
+    CANCEL_RETRY_S,
+    OBSERVE_AFTER_QUEUE_S,
+    OBSERVE_FIRST_POLL_S,
+    OBSERVE_GRACE_S,
+    OBSERVE_POLL_MAX_S,
+    OBSERVE_QUEUED_FIRST_POLL_S,
+    UNKNOWN_POLL_S,
+    Work,
+    first_poll_s,
+    waiting_for_slot,
+)
+from appliance.owner.worker_answers import CancelResult, ExecResult, ObserveResult
 from appliance.protocol import v1
 
 S = OccurrenceState
+P = AttemptPhase
+E = PhaseEvent
 
-OBSERVE_GRACE_S: Final = 30  # wall (possibly scaled) seconds past timeout_seconds
-OBSERVE_FIRST_POLL_S: Final = 0.05  # real seconds
-OBSERVE_POLL_MAX_S: Final = 2.0
-# Accepted behind a queue (every engine slot busy): the first look comes later. A burst queued at
-# the worker otherwise costs several early observations per execution, each on the same CPU the
-# queue needs; the backoff reaches OBSERVE_POLL_MAX_S for a long wait either way.
-OBSERVE_QUEUED_FIRST_POLL_S: Final = 0.4  # real seconds
-# An execution waiting in the worker's queue is looked at this soon once it reaches the front or
-# the queue drained (appliance/owner/queue.py), not at the end of its backoff: without it
-# the tail of a burst was recorded up to OBSERVE_POLL_MAX_S after it ended.
-OBSERVE_AFTER_QUEUE_S: Final = 0.05  # real seconds
-# After the deadline an Unknown attempt is still asked about, slowly, so that a confirmed outcome
-# that arrives later (a healed link, a worker back up) resolves it (SPEC §3). Bounded: Unknown
-# attempts hold running reservations, so there are at most limits.running of them.
-UNKNOWN_POLL_S: Final = 10.0  # real seconds
-CANCEL_RETRY_S: Final = 0.5
-CANCEL_ATTEMPTS_MAX: Final = 40
+__all__ = [
+    "CANCEL_ATTEMPTS_MAX",
+    "CANCEL_RETRY_S",
+    "OBSERVE_AFTER_QUEUE_S",
+    "OBSERVE_FIRST_POLL_S",
+    "OBSERVE_GRACE_S",
+    "OBSERVE_POLL_MAX_S",
+    "OBSERVE_QUEUED_FIRST_POLL_S",
+    "UNKNOWN_POLL_S",
+    "Attempts",
+    "Work",
+]
 
 OUTCOME_OF_STATUS: Final = {
     "completed": "completed",
@@ -85,50 +97,6 @@ OUTCOME_OF_STATUS: Final = {
     "cancelled": "cancelled",
     "lost": "lost",
 }
-
-
-@dataclass
-class Work:
-    """What the owner tracks for one dispatched attempt (owner-side, never replicated)."""
-
-    occurrence_id: int
-    attempt: int
-    binding: dict[str, Any]
-    deadline_s: float  # wall (scaled) time after which a silent attempt is fenced or Unknown
-    due_s: int = 0  # the occurrence's due instant (for the latency fields of the logs)
-    busy: bool = False  # a worker call for it is in flight
-    poll_s: float = OBSERVE_FIRST_POLL_S
-    cancel_attempts: int = 0
-    observing: bool = False
-    code: str = ""  # the committed claim's code: a re-send sends exactly the same request
-    sends: int = 1  # sends of this binding (re-sent only after "not dispatched")
-    last_observation: str = ""  # why the last observation gave no outcome (for the reasons)
-    unsent: bool = False  # claimed, waiting for the worker's capacity (pacing.py)
-    parked: bool = False  # Unknown and no longer running at the worker: holds no slot there
-    exec_out: bool = False  # an exec request for it is unanswered (pacing.py)
-    waited_for_slot: bool = False  # the last observation: accepted, not started yet
-    look: int = 0  # the generation of its next look: a look brought forward voids the old timer
-
-
-def first_poll_s(capacity: Capacity | None) -> float:
-    """When to look first at an accepted execution: later when the worker's answer shows every
-    slot held and something queued (FIFO: this one waits behind it)."""
-    if (
-        capacity is not None
-        and capacity.free_slots == 0
-        and capacity.queue_room < capacity.max_queued
-    ):
-        return OBSERVE_QUEUED_FIRST_POLL_S
-    return OBSERVE_FIRST_POLL_S
-
-
-def waiting_for_slot(result: ObserveResult | Exception) -> bool:
-    """A protocol-1 observation of an accepted execution that has not started: ``running``
-    with ``started_at: null`` (docs/protocol.md, the observation route)."""
-    if not isinstance(result, ObserveResult) or result.status != "running":
-        return False
-    document = result.document
-    return isinstance(document, dict) and "started_at" in document and not document["started_at"]
 
 
 def retained_through(state: Any) -> int:
@@ -174,15 +142,15 @@ class Attempts:
         return sum(1 for w in self.work.values() if w.busy)
 
     def in_flight(self) -> int:
-        return sum(1 for w in self.work.values() if not w.unsent and not w.parked)
+        return sum(1 for w in self.work.values() if w.sends > 0 and not w.parked)
 
     def execs_outstanding(self) -> int:
         """Exec requests sent and not answered yet (the worker's statement may not count them)."""
-        return sum(1 for w in self.work.values() if w.exec_out)
+        return sum(1 for w in self.work.values() if w.phase is AttemptPhase.SENDING)
 
-    def room(self) -> int | None:
-        """How many more attempts may be sent now (``Pacing.room``); None: no bound."""
-        return self.pacing.room(self.in_flight(), self.execs_outstanding())
+    def _may_send(self) -> bool:
+        """Whether the worker has room for one more attempt (``Pacing.may_send``)."""
+        return self.pacing.may_send(self.in_flight(), self.execs_outstanding())
 
     def pacing_view(self) -> dict[str, Any]:
         return self.pacing.view(self.in_flight(), len(self.waits))
@@ -200,17 +168,17 @@ class Attempts:
     def start(self, record: Any, binding: dict[str, Any], code: str) -> None:
         """Dispatch a claim this owner just committed, or, without room at the worker, keep it
         waiting (FIFO: only when nothing waits ahead of it does a new claim go at once)."""
-        room = self.room()
-        if room is None or (len(self.waits) == 0 and room > 0):
-            work = Work(record.id, record.attempt, binding, self.deadline_s(), record.due_s)
+        deadline_s = self.deadline_s()
+        unpaced = self.pacing.window() is None  # an older worker: dispatch as before pacing
+        if unpaced or (len(self.waits) == 0 and self._may_send()):
+            work = Work(record.id, record.attempt, binding, deadline_s, P.SENDING, record.due_s)
             work.code = code
             self.work[record.id] = work
             self._spawn(work, lambda token: DispatchRequest(token, binding, code))
             return
         window = self.pacing.window()
-        work = Work(record.id, record.attempt, binding, self.deadline_s(), record.due_s)
-        work.code = code
-        work.unsent = True
+        work = Work(record.id, record.attempt, binding, deadline_s, P.WAITING, record.due_s)
+        work.code, work.sends = code, 0
         self.work[record.id] = work
         self.waits.add(work)
         self._serial.log(
@@ -232,7 +200,7 @@ class Attempts:
         if binding is None:
             self._serial.log("binding_unknown", occurrence=occurrence_id, attempt=found.attempt)
             return None
-        work = Work(occurrence_id, found.attempt, binding, deadline_s, found.due_s)
+        work = Work(occurrence_id, found.attempt, binding, deadline_s, P.ADOPTED, found.due_s)
         self.work[occurrence_id] = work
         return work
 
@@ -246,13 +214,12 @@ class Attempts:
             self._look_soon(self._queue.leave(work.occurrence_id))
 
     def _spawn(self, work: Work, request: Callable[[int], Effect]) -> None:
-        work.busy = True
+        """Send one worker call for ``work``; its phase says which is in flight (the caller
+        moved it: SEND, LOOK or CANCEL)."""
         token = self._serial.token()
         self._tasks[token] = work
         effect = with_retained_through(request(token), self._serial.read(retained_through))
         self._serial.emit(effect)
-        if isinstance(effect, DispatchRequest):
-            work.exec_out = True
 
     def _current(self, work: Work) -> Any:
         """The committed record if it is still this work's attempt, else None."""
@@ -301,12 +268,11 @@ class Attempts:
         for oid, work in self.waits.oldest_first():
             if self._serial.suspended:
                 break  # a fence below waits for its commit; go on at the next event
-            room = self.room()
-            if room is not None and room <= 0:
+            if not self._may_send():
                 break
             self.waits.remove(oid)
             record = self._current(work)
-            if record is None or record.state is not S.RUNNING or not work.unsent:
+            if record is None or record.state is not S.RUNNING or work.phase is not P.WAITING:
                 continue  # done, cancelled or taken over meanwhile: nothing to send
             committed = self._committed(work, record)
             if not committed.epoch_held or committed.grant_expired:
@@ -315,7 +281,7 @@ class Attempts:
                     self._exec_done(work, ExecResult("not_dispatched", code="capacity_wait"))
                 )
                 continue
-            work.unsent = False
+            work.sends = 1
             work.deadline_s = self.deadline_s()
             binding, code = work.binding, work.code
             self._serial.log(
@@ -325,6 +291,7 @@ class Attempts:
                 waiting=len(self.waits),
                 late_ms=self._serial.late_ms(work.due_s),
             )
+            work.move(E.SEND)
             self._spawn(work, lambda token, b=binding, c=code: DispatchRequest(token, b, c))
         self.waits.note(self._standing.epoch)
 
@@ -345,12 +312,11 @@ class Attempts:
     def _exec_done(self, work: Work, result: ExecResult | Exception) -> Chain[None]:
         """The dispatch's answer: accepted → observe; otherwise ``dispatch_outcome.after_exec``
         decides from the committed state (re-send, Failed, fence, or observe)."""
-        work.exec_out = False
+        work.move(E.EXEC_ANSWERED)
         if isinstance(result, ExecResult):
             # accepted, refused and not_dispatched are read from a worker's own document.
             stated = result.protocol_answer or result.kind != "uncertain"
             self.pacing.learn(result.capacity, stated)
-        work.busy = False
         queued = isinstance(result, ExecResult) and result.kind == "accepted"
         queued = queued and first_poll_s(result.capacity) == OBSERVE_QUEUED_FIRST_POLL_S
         self._after_answer(work, result, waiting=queued)
@@ -386,7 +352,7 @@ class Attempts:
         self._start_observing(work)
 
     def _start_observing(self, work: Work, first_s: float = OBSERVE_FIRST_POLL_S) -> None:
-        work.observing = True
+        work.move(E.OBSERVE)
         work.poll_s = first_s
         self._look_in(work, work.poll_s)
 
@@ -424,16 +390,17 @@ class Attempts:
                 self._look_in(work, max(OBSERVE_FIRST_POLL_S, left_s / self._serial.time_scale))
                 return
         eid = self._execution_id(work)
+        work.move(E.LOOK)
         self._spawn(work, lambda token: ObserveRequest(token, eid))
 
     def _observed(self, work: Work, result: ObserveResult | Exception) -> Chain[None]:
         """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
         deadline are decided by dispatch_outcome (a fence without a permit, Unknown with one)."""
+        work.move(E.OBSERVE_ANSWERED)
         if isinstance(result, ObserveResult):
             self.pacing.learn(result.capacity, result.status is not None)
             if result.status is not None:
                 work.parked = work.parked and result.status not in STILL_HELD
-        work.busy = False
         self._after_answer(work, result, waiting=waiting_for_slot(result))
         record = self._current(work)
         if record is None or record.terminal:
@@ -467,7 +434,6 @@ class Attempts:
                 **ids,
             )
             self.forget(work)
-            work.observing = False
             self._serial.dirty = True
             return
         work.last_observation = status or (
@@ -524,7 +490,7 @@ class Attempts:
             self._serial.log(
                 "dispatch_not_dispatched", sends=work.sends, delay_s=decision.delay_s, **ids
             )
-            work.busy = True  # nothing else may touch it until the re-send is answered
+            work.move(E.BACK_OFF)  # nothing else may touch it until the re-send is answered
             self._serial.later(decision.delay_s, lambda: self._resend(work))
             return
         if isinstance(decision, dispatch_outcome.RecordFailed):
@@ -547,7 +513,6 @@ class Attempts:
             )
             if isinstance(result, Accepted):
                 self.forget(work)
-                work.observing = False
                 self._serial.dirty = True
                 return
             if isinstance(result, Refused) and isinstance(result.error, NotYetApplicable):
@@ -574,7 +539,7 @@ class Attempts:
     def _resend(self, work: Work) -> None:
         """The re-send timer: send exactly the committed binding again — only while it is still
         this owner's Running attempt and the grant holds (otherwise ``after_exec`` fences it)."""
-        work.busy = False
+        work.move(E.RESEND_DUE)
         record = self._current(work)
         if record is None:
             return
@@ -586,6 +551,7 @@ class Attempts:
         work.sends += 1
         work.deadline_s = self.deadline_s()
         binding, code = work.binding, work.code
+        work.move(E.SEND)
         self._spawn(work, lambda token: DispatchRequest(token, binding, code))
 
     # ---- cancellation ------------------------------------------------------------------------
@@ -593,17 +559,20 @@ class Attempts:
     def cancel(self, work: Work) -> None:
         """Ask the worker to stop the attempt (its Cancelling is committed already); asked
         again, up to ``CANCEL_ATTEMPTS_MAX`` times, until a definite answer."""
+        if self.work.get(work.occurrence_id) is not work:
+            return  # forgotten meanwhile (settled, or no longer this owner's): a stale retry
         if work.busy:
             self._serial.later(CANCEL_RETRY_S, lambda: self.cancel(work))
             return
         work.cancel_attempts += 1
         binding = work.binding
+        work.move(E.CANCEL)
         self._spawn(work, lambda token: CancelRequest(token, binding))
 
     def _cancel_done(self, work: Work, result: CancelResult | Exception) -> Chain[None]:
         """The cancellation's answer: Cancelled only on a confirmed stop; a fence before consume
         returns the attempt; a completion that won keeps its result; else ask again."""
-        work.busy = False
+        work.move(E.CANCEL_ANSWERED)
         record = self._current(work)
         if record is None or record.state is not S.CANCELLING:
             self.forget(work)

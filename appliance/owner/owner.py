@@ -68,8 +68,10 @@ part (module)               its one job
 ``ConfigInForce``           the genesis config with the committed amendments folded in
 ``Calendars``               compiled calendars and the pulse (what falls due next)
 ``Attempts`` (attempts.py)  every dispatched attempt: send, observe, Unknown, fence, cancel;
-                            asks ``Pacing`` (may one more go? it learns from each answer),
-                            keeps ``CapacityWaits``, commits through ``Commits``
+                            each a ``Work`` (work.py) in one phase of one table
+                            (attempt_phase.py); asks ``Pacing`` (may one more go? it learns
+                            from each answer), keeps ``CapacityWaits``, commits through
+                            ``Commits``
 ``Requests`` (requests.py)  admission requests and operator commands
 ``Owner`` (this module)     events in, effects out; leadership, acquisition, pulse, claims
 ==========================  ===================================================================
@@ -109,7 +111,7 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.owner import ownership
 from appliance.owner.applied import Accepted, Refused
-from appliance.owner.attempts import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Attempts, Work
+from appliance.owner.attempts import Attempts
 from appliance.owner.binding import authority_of, make_binding
 from appliance.owner.calendars import Calendars
 from appliance.owner.config_in_force import ConfigInForce
@@ -132,6 +134,7 @@ from appliance.owner.pacing import Pacing
 from appliance.owner.requests import Requests
 from appliance.owner.serial import Chain, Gate, NotOwner, Serial, StateReader, Uncertain
 from appliance.owner.standing import Standing
+from appliance.owner.work import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Work
 
 __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
 

@@ -11,7 +11,8 @@ min(``limits.running``, worker capacity) executions are in flight: the running l
 claims, the capacity bounds the sends.
 
 Where capacity-waiting work sits: **claimed Running, unsent**, in FIFO order of claiming (the
-queue is appliance/owner/capacity_wait.py). It holds a running reservation (it counts against ``limits.running``, so nothing is claimed past
+``WAITING`` phase, appliance/owner/attempt_phase.py; the queue is appliance/owner/capacity_wait.py).
+It holds a running reservation (it counts against ``limits.running``, so nothing is claimed past
 the limit) and no permit (nothing was sent, so the worker never asked for one). That is what makes
 waiting safe:
 
