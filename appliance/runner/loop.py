@@ -16,6 +16,11 @@ The loop thread never blocks on Raft or the worker: a proposal, a barrier or a w
 on a pool and its answer comes back through the queue, where the owner continues the decision
 that waited for it. This module builds no core command: it proposes only what an owner
 ``Propose`` effect carries (tests/runner/test_driver.py checks).
+
+An exception out of the owner is a bug. In production (``strict=False``) it is logged as
+``loop_error``, the caller waiting on that event is failed, and the loop goes on; under
+``strict=True`` (the tests) the loop also stops, keeps the exception in ``failure`` and re-raises
+it on its thread, so the test sees it instead of a log line nobody reads.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ from appliance.owner.events import (
 from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
+from appliance.protocol import v1
 from appliance.replication.base import Leadership
 from appliance.replication.errors import NotLeader, ProposalLost
 from appliance.runner.code_check import code_refusal
@@ -148,6 +154,7 @@ class Runner:
         gate: Gate | None = None,
         gate_refresh: Callable[[], None] | None = None,
         promotion_check: Callable[[str], str | None] | None = None,
+        strict: bool = False,
     ) -> None:
         """``gate_refresh``: asks the voters the version gate has no report from yet, on an
         operator command's thread before the command reaches the owner (issue 36);
@@ -155,6 +162,11 @@ class Runner:
         self._gate_refresh = gate_refresh
         self._promotion_check = promotion_check
         self.cfg = cfg
+        # Strict (tests): an exception inside the owner or this loop stops the loop and is kept
+        # in ``failure``; otherwise (production) it is logged as ``loop_error`` and the loop
+        # goes on.
+        self.strict = strict
+        self.failure: BaseException | None = None
         self.node_id = cfg.node_id
         self.machine = machine
         self.replication = replication
@@ -169,6 +181,7 @@ class Runner:
             time_scale=clock.time_scale,
             unknown_poll_s=unknown_poll_s,
             gate=gate,
+            strict=strict,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -297,13 +310,14 @@ class Runner:
             return error_reply(503, "unavailable", "the runner could not render its local view")
 
     def admit(self, binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
-        """The admission route's call: (HTTP status, body without the protocol field)."""
+        """The admission route's call: (HTTP status, body); an error body is the protocol's
+        error document (``v1.error_document``)."""
         try:
             return self._call(  # type: ignore[no-any-return]
                 lambda r: AdmissionRequest(r, binding, incarnation), ADMIT_REPLY_TIMEOUT_S
             )
         except Exception:  # a timeout, or a failure inside the loop: a permit may exist
-            return 503, {"error": {"code": "uncertain", "message": "no answer in time"}}
+            return 503, v1.error_document(v1.ADMIT_UNCERTAIN_CODE, "no answer in time")
 
     def drain_and_stop(self, drain_s: float) -> None:
         """Stop scheduling; keep answering admissions while observation and cancellation finish
@@ -369,6 +383,14 @@ class Runner:
             request = getattr(event, "request", None)
             if isinstance(request, int):
                 self._fail(request, repr(exc))
+            if self.strict:  # a bug is a bug: the loop stops and the test sees ``failure``
+                self.failure = exc
+                self._stopped.set()
+                with self._requests_lock:  # no one waits for a loop that stopped
+                    waiting = list(self._requests)
+                for pending in waiting:
+                    self._fail(pending, f"the runner loop stopped: {exc!r}")
+                raise
             return
         for effect in effects:
             self._carry_out(effect)

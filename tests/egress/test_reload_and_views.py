@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from appliance.metrics.attempt_report import attempt_report
 
 from appliance.cli.admin_ops import egress_lines, render_output
 from appliance.core.errors import InvalidConfig
 from appliance.egress.record import make_record
 from appliance.engine.model import ExecutionReport, ExecutionStatus
+from appliance.metrics.attempt_report import attempt_report
 from appliance.worker.launch import outcome_document
 from appliance.worker.reload import reloaded_admission_urls
 from appliance.worker.runtime import load_settings

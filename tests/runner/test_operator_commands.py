@@ -93,7 +93,7 @@ def test_pause_selects_nothing_over_a_minute_boundary_and_resume_adds_nothing_ex
         assert send(v, action="status")["paused"] == {"since": "2027-01-15T08:00:01Z"}
         for now in (T0 + 60, T0 + 61, T0 + 125):
             v.advance_to(now)
-        wait_until(lambda: v.runner.owner._wall_s >= T0 + 125, "the pulse at 08:02:05")
+        wait_until(lambda: v.runner.owner._serial.wall_s >= T0 + 125, "the pulse at 08:02:05")
         assert v.record(1) is None
         reply = send(v, action="resume")
         assert reply["ok"] is True and reply["moved"] == [1]
