@@ -35,7 +35,7 @@ from appliance.config.addresses import HostPort
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import ConsoleConfig
 from appliance.console.app import ConsoleParts, create_console_app
-from appliance.console.feed import EventHub, RunnerStateSource
+from appliance.console.feed import ChangeFeedSource, EventHub
 from appliance.console.pusher import Pusher
 from appliance.console.service import credential_table
 from appliance.console.sessions import SessionBook
@@ -44,6 +44,7 @@ from appliance.core import state as core
 from appliance.core.limits import Limits
 from appliance.core.occurrence import Occurrence, OccurrenceState, TimelineEntry
 from appliance.http import HttpServer
+from appliance.metrics.feed import ChangeFeed
 from appliance.runner.machine import Machine, encode_command
 from appliance.secret import Secret
 from tests.console.state_samples import definition
@@ -192,7 +193,7 @@ def main(count: int) -> None:
     sessions = SessionBook()
     pusher = Pusher().start()
     hub = EventHub(pusher.publish)
-    source = RunnerStateSource(Runner(machine))
+    source = ChangeFeedSource(ChangeFeed(machine), machine.read, Runner(machine))
     parts = ConsoleParts(
         node_id="v1",
         view=View(machine),

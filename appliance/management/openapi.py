@@ -208,7 +208,7 @@ _EVENT: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "index"],
     "properties": {
-        "kind": {"enum": ["occurrence", "schedule", "pause"]},
+        "kind": {"enum": ["occurrence", "schedule", "pause", "owner"]},
         "index": {"type": "integer", "description": "the Raft index of the entry (the cursor)"},
         "at": {"type": "string", "format": "date-time"},
         "occurrence_id": {"type": "integer"},
@@ -221,8 +221,20 @@ _EVENT: dict[str, Any] = {
         "failure_reason": {"type": "string"},
         "not_before": {"type": "string", "format": "date-time"},
         "change": {
-            "enum": ["created", "updated", "deleted", "enabled", "disabled", "paused", "resumed"]
+            "enum": [
+                "created",
+                "updated",
+                "deleted",
+                "enabled",
+                "disabled",
+                "paused",
+                "resumed",
+                "acquired",
+            ]
         },
+        "node": {"type": "string", "description": "owner: the voter that acquired ownership"},
+        "term": {"type": "integer"},
+        "epoch": {"type": "integer", "description": "owner: the ownership epoch it acquired"},
         "name": {"type": ["string", "null"]},
         "fields": {"type": "array", "items": {"type": "string"}},
         "resync": {"const": True, "description": "a snapshot install: the difference at once"},
