@@ -18,6 +18,7 @@ Wiring (the runner process builds it when the config has a ``console`` section):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.config.addresses import is_loopback_host
@@ -99,6 +100,7 @@ class ConsoleService:
         store: Any = None,
         source: LiveSource | None = None,
         pusher: Pusher | None = None,
+        management_addrs: Callable[[str], str | None] | None = None,
     ) -> None:
         console = cfg.console
         if console is None:
@@ -122,7 +124,9 @@ class ConsoleService:
         self.consumer: ThreadedConsumer | None = None
         if console.actions:
             self.gateway = BoundedCommandQueue(ACTION_QUEUE_SLOTS)
-            self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner, cfg.voters))
+            self.consumer = ThreadedConsumer(
+                self.gateway, runner_handler(runner, cfg.voters, management_addrs)
+            )
         self.parts = ConsoleParts(
             node_id=cfg.node_id,
             view=LiveRunnerView(runner, self.observability),

@@ -568,6 +568,11 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                             "type": "string",
                             "description": "the owner's advertise host (409 only)",
                         },
+                        "owner_management_addr": {
+                            "type": "string",
+                            "description": "the owner's management listener as --addr takes "
+                            "it, as the owner reports it on its Raft status (409 only)",
+                        },
                         "error": {
                             "type": "object",
                             "required": ["code", "message"],

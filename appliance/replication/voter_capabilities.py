@@ -3,8 +3,11 @@
 Every voter serves its own report (``appliance/capabilities.py``) on the cluster status route,
 behind the cluster bearer. This object asks each peer for it, off every hot path: a daemon thread
 polls each peer every ``poll_s`` (a changed binary shows up within one interval after its
-restart), and ``refusal(kind)`` answers from what it last heard, without I/O, so the owner's
-proposal path never waits for the network.
+restart); while a member has not answered since this voter started (a fresh cluster whose voters
+start one after another), the first polls come sooner (``FIRST_POLL_S``, doubling up to
+``poll_s``), so a new cluster's gate and 409 hints are ready within seconds. ``refusal(kind)``
+answers from what it last heard, without I/O, so the owner's proposal path never waits for the
+network.
 
 Who is asked: every member of the configuration in force other than this node (voters and
 learners — a learner applies every entry too), from ``members()``; without it, the genesis peers.
@@ -19,6 +22,12 @@ older binary while unreachable would meet a kind it cannot apply and stop with a
 at all (the gate then waits for the peer: the conservative side).
 
 Only the gate's answer depends on it; nothing replicated does (SPEC §2: apply never depends on it).
+
+The same status answer names where that voter's management listener is (``management_addr``,
+the ``--addr`` form: ``host:port``, ``https://`` first when it serves TLS). It is remembered in
+memory only, as a hint: a voter that is not the owner names the owner's listener in its 409
+(``owner_management_addr``, appliance/management/wiring.py), so ``appliance admin`` can go
+straight to it among the addresses it was given, or say which address to give.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ from appliance.capabilities import (
     gate_refusal,
     local_capabilities,
 )
+from appliance.config.addresses import AddressError, is_loopback_host, parse_host_port
 from appliance.config.credentials import Secret
 from appliance.http.client import ClientError, HttpClient
 from appliance.store.sqlite import fsync_dir
@@ -44,10 +54,13 @@ from appliance.store.sqlite import fsync_dir
 log = logging.getLogger("appliance.replication.capabilities")
 
 POLL_S: Final = 5.0
+FIRST_POLL_S: Final = 0.25
 STATUS_PATH: Final = "/raft/v1/status"
 REPORT_BYTES_MAX: Final = 64 * 1024
 REMEMBERED_FILE: Final = "voter-reports.json"
 REMEMBERED_BYTES_MAX: Final = 1024 * 1024
+# The longest --addr of a loopback listener: "https://[0000:0000:...:0001]:65535".
+MANAGEMENT_ADDR_CHARS_MAX: Final = len("https://") + len("[" + ":".join(["0000"] * 8) + "]:65535")
 FILE_MODE: Final = 0o600
 
 
@@ -63,6 +76,7 @@ class VoterCapabilities:
         poll_s: float = POLL_S,
         members: Callable[[], Mapping[str, str]] | None = None,
         remembered: Path | None = None,
+        management_addr: str | None = None,  # this voter's own, as it serves it
     ) -> None:
         self._node_id = node_id
         genesis = dict(peers)
@@ -75,6 +89,10 @@ class VoterCapabilities:
         self._lock = threading.Lock()
         self._reports: dict[str, Capabilities] = self._load()
         self._reports[node_id] = local_capabilities()
+        self._management: dict[str, str] = {}
+        self._answered: set[str] = set()  # members whose status was read since the start
+        if management_addr is not None:
+            self._management[node_id] = management_addr
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="voter-capabilities", daemon=True)
 
@@ -101,13 +119,31 @@ class VoterCapabilities:
         """Why ``kind`` may not be proposed yet (None: every member can apply it)."""
         return gate_refusal(kind, self.voters, self.reports())
 
+    def management_addr(self, node: str) -> str | None:
+        """Where ``node`` said its management listener is (None: not heard, or it has none)."""
+        with self._lock:
+            return self._management.get(node)
+
     def poll_once(self) -> None:
         changed = False
         for peer, address in self._members().items():
             if peer == self._node_id or not address:
                 continue
-            report = self._ask(peer, address)
-            if report is None:
+            body = self._ask(peer, address)
+            if body is None:
+                continue
+            self._answered.add(peer)
+            management = management_addr_of(body)
+            with self._lock:
+                if management is None:
+                    self._management.pop(peer, None)
+                else:
+                    self._management[peer] = management
+            try:
+                # A binary from before the gate reports nothing: it applies exactly the baseline.
+                report = capabilities_from_json(body["capabilities"])
+            except (KeyError, ValueError) as exc:
+                log.debug("capabilities of %s not read: %s", peer, exc)
                 continue
             with self._lock:
                 if self._reports.get(peer) == report:
@@ -118,7 +154,8 @@ class VoterCapabilities:
         if changed:
             self._save()
 
-    def _ask(self, peer: str, address: str) -> Capabilities | None:
+    def _ask(self, peer: str, address: str) -> dict[str, object] | None:
+        """The peer's status answer, or None when it gave none."""
         try:
             answer = self._client.get(
                 f"{self._scheme}://{address}{STATUS_PATH}",
@@ -128,18 +165,19 @@ class VoterCapabilities:
             if answer.status != 200:
                 return None
             body = answer.json()
-            if not isinstance(body, dict) or "capabilities" not in body:
-                # A binary from before the gate: it applies exactly the baseline.
-                return None
-            return capabilities_from_json(body["capabilities"])
         except (ClientError, ValueError) as exc:
-            log.debug("capabilities of %s not read: %s", peer, exc)
+            log.debug("status of %s not read: %s", peer, exc)
             return None
+        return body if isinstance(body, dict) else None
 
     def _run(self) -> None:
+        wait_s = min(FIRST_POLL_S, self._poll_s)
         while not self._stop.is_set():
             self.poll_once()
-            self._stop.wait(self._poll_s)
+            if all(m in self._answered for m in self._members() if m != self._node_id):
+                wait_s = self._poll_s
+            self._stop.wait(wait_s)
+            wait_s = min(wait_s * 2, self._poll_s)
 
     # ---- the remembered reports ------------------------------------------------------------
 
@@ -186,3 +224,16 @@ class VoterCapabilities:
             fsync_dir(path.parent)
         except OSError as exc:  # the gate still works from memory; only a restart forgets
             log.warning("voter reports not remembered in %s: %s", path, exc)
+
+
+def management_addr_of(status: Mapping[str, object]) -> str | None:
+    """A status answer's ``management_addr`` when it is a well-formed ``--addr`` value of a
+    loopback listener (as every management listener is)."""
+    value = status.get("management_addr")
+    if not isinstance(value, str) or len(value) > MANAGEMENT_ADDR_CHARS_MAX:
+        return None
+    try:
+        parsed = parse_host_port(value.removeprefix("https://"))
+    except AddressError:
+        return None
+    return value if is_loopback_host(parsed.host) else None

@@ -15,8 +15,14 @@ import pytest
 
 from appliance.capabilities import BASELINE_COMMAND_KINDS, Capabilities, local_capabilities
 from appliance.replication.raft_member import configured_members
-from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
+from appliance.replication.voter_capabilities import (
+    MANAGEMENT_ADDR_CHARS_MAX,
+    REMEMBERED_FILE,
+    VoterCapabilities,
+    management_addr_of,
+)
 from appliance.secret import Secret
+from tests.support import wait_for
 
 TOKEN = "cluster-secret-1111111"
 NEW_KIND = sorted(local_capabilities().commands - BASELINE_COMMAND_KINDS)[0]  # a gated kind
@@ -27,6 +33,8 @@ class StatusPeer:
 
     def __init__(self, report: Capabilities) -> None:
         self.report = report
+        self.extra: dict[str, Any] = {}  # more fields of the status answer
+        self.asked = 0
         peer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,7 +44,8 @@ class StatusPeer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                body = json.dumps({"capabilities": peer.report.to_json()}).encode()
+                peer.asked += 1
+                body = json.dumps({"capabilities": peer.report.to_json(), **peer.extra}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -133,3 +142,58 @@ def test_the_gate_follows_the_configuration_in_force(tmp_path: Path, peer: Statu
 def test_a_member_without_any_known_address_is_still_waited_for() -> None:
     status = {"configuration": {"voters": ["n1", "n2", "n5"], "learners": [], "addresses": {}}}
     assert configured_members(status, {"n2": "h:1"}) == {"n1": "", "n2": "h:1", "n5": ""}
+
+
+def test_a_peers_management_listener_is_learnt_from_its_status(
+    tmp_path: Path, peer: StatusPeer
+) -> None:
+    own = gate({"n2": peer.address}, tmp_path / REMEMBERED_FILE, management_addr="127.0.0.1:4601")
+    assert own.management_addr("n1") == "127.0.0.1:4601"
+    assert own.management_addr("n2") is None  # not heard yet
+    peer.extra = {"management_addr": "https://127.0.0.1:4611"}
+    own.poll_once()
+    assert own.management_addr("n2") == "https://127.0.0.1:4611"
+    peer.extra = {}  # restarted without a management listener
+    own.poll_once()
+    assert own.management_addr("n2") is None
+    own.stop()
+
+
+LONGEST_ADDR = "https://[0000:0000:0000:0000:0000:0000:0000:0001]:65535"
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("127.0.0.1:4611", True),
+        ("[::1]:4611", True),
+        ("https://127.0.0.1:4611", True),
+        ("127.0.0.1", False),
+        ("ftp://127.0.0.1:1", False),
+        ("10.0.0.2:4611", False),  # a management listener is loopback-only
+        (4611, False),
+        (LONGEST_ADDR, True),  # exactly at the limit
+        (LONGEST_ADDR.replace(":0001]", ":00001]"), False),  # one character over
+    ],
+)
+def test_only_a_well_formed_management_addr_is_kept(value: Any, kept: bool) -> None:
+    assert len(LONGEST_ADDR) == MANAGEMENT_ADDR_CHARS_MAX
+    assert management_addr_of({"management_addr": value}) == (value if kept else None)
+
+
+def test_a_member_not_heard_since_the_start_is_asked_again_soon(
+    tmp_path: Path, peer: StatusPeer
+) -> None:
+    """A fresh cluster's voters start one after another: the gate polls a silent member again
+    within a fraction of a second, not after the whole interval."""
+    late = StatusPeer(local_capabilities())
+    late_address = late.address
+    late.stop()  # down at the first poll
+    watcher = gate(
+        {"n2": peer.address, "n3": late_address}, tmp_path / REMEMBERED_FILE, poll_s=600.0
+    )
+    watcher.start()
+    try:
+        wait_for(lambda: peer.asked >= 3, "three polls while n3 is silent", 10.0)
+    finally:
+        watcher.stop()
