@@ -54,6 +54,7 @@ class RaftMember:
         restore: RestoreHook | None = None,
     ) -> None:
         voters = cfg.voters  # the genesis voters; the configuration in force is in the log
+        self.management_addr = management_addr_text(cfg)
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
         # Always a transport, even for a single voter: a member added at run time (add_voter)
         # is reached at the address the committed configuration carries (driver._sync_peers).
@@ -117,6 +118,7 @@ class RaftMember:
                 read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
                 ssl_context=tls_context,
             ),
+            management_addr=self.management_addr,
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -154,8 +156,12 @@ class RaftMember:
         )
 
     def status(self) -> dict[str, object]:
-        """The cluster status route's answer: Raft's view plus what this binary can apply."""
-        return {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        """The cluster status route's answer: Raft's view, what this binary can apply, and where
+        its management listener is (a hint for a 409 elsewhere: voter_capabilities.py)."""
+        status = {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        if self.management_addr is not None:
+            status["management_addr"] = self.management_addr
+        return status
 
     def start(self) -> None:
         """Listen first (so peers' first messages land), then send, then run the node."""
@@ -174,6 +180,14 @@ class RaftMember:
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()
+
+
+def management_addr_text(cfg: RunnerConfig) -> str | None:
+    """This voter's management listener as ``appliance admin --addr`` takes it, or None."""
+    management = getattr(cfg, "management", None)
+    if management is None:
+        return None
+    return f"{'https://' if management.tls else ''}{management.addr}"
 
 
 def configured_members(
