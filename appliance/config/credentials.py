@@ -5,7 +5,8 @@ Theory of operation: a config names environment variables; ``resolve_runner_cred
 credential a process needs, or raise ``InvalidConfig`` listing every problem: a variable that is
 missing or empty, a value that cannot travel in an HTTP ``Authorization`` header, or the same
 value used for two roles (SPEC §6: operator, recovery, worker, admission and cluster credentials
-— and the optional admin credential of the contract amendments, issue 20 — must all differ, so
+— and the optional admin credential of the contract amendments, issue 20, and the web console's,
+issue 34 — must all differ, so
 one leaked credential never grants another role's authority). Error messages name the variable
 and the roles, never the value.
 
@@ -47,6 +48,7 @@ class RunnerCredentials:
     operator: Secret | None = None  # management.bearer_env
     recovery: Secret | None = None  # management.recovery_bearer_env
     admin: Secret | None = None  # management.admin_bearer_env: the contract amendments
+    console: Secret | None = None  # console.bearer_env: the web console's dashboard token
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ def resolve_runner_credentials(cfg: RunnerConfig, environ: Mapping[str, str]) ->
             )
         if cfg.management.admin_bearer_env is not None:
             roles.append(("admin", "management.admin_bearer_env", cfg.management.admin_bearer_env))
+    if cfg.console is not None:  # extension (issue 34): it too must differ from every other
+        roles.append(("console", "console.bearer_env", cfg.console.bearer_env))
     resolved = _resolve(roles, environ)
     return RunnerCredentials(**resolved)
 

@@ -196,6 +196,13 @@ from appliance.core.state_parts import (
     register_part_kind,
 )
 from appliance.core.txn import Txn, apply, on_retire, register
+from appliance.core.unique_names import (
+    CreateNamedSchedule,
+    NameTaken,
+    UpdateNamedSchedule,
+    name_holder,
+    with_unique_name,
+)
 
 __all__ = [
     "ADMISSION_BYTES_MAX",
@@ -237,6 +244,7 @@ __all__ = [
     "ConfirmCancelled",
     "CorruptState",
     "Counts",
+    "CreateNamedSchedule",
     "CreateSchedule",
     "DeleteSchedule",
     "DisableSchedule",
@@ -255,6 +263,7 @@ __all__ = [
     "Invocation",
     "ListSnapshot",
     "MarkUnknown",
+    "NameTaken",
     "NotAcquired",
     "NoteCapacityWait",
     "Observe",
@@ -290,6 +299,7 @@ __all__ = [
     "UnknownNote",
     "UnknownOccurrence",
     "UnknownSchedule",
+    "UpdateNamedSchedule",
     "UpdateSchedule",
     "_progress_json",
     "admission_record",
@@ -312,6 +322,7 @@ __all__ = [
     "invocation_to_json",
     "list_snapshot",
     "list_view",
+    "name_holder",
     "needs_amended_reader",
     "needs_cancelling_reader",
     "needs_charging_reader",
@@ -327,4 +338,5 @@ __all__ = [
     "remote_in_force",
     "render_list",
     "to_json",
+    "with_unique_name",
 ]

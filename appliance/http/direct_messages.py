@@ -49,6 +49,9 @@ class DirectRequest:
     body: bytes
     role: str  # the role the bearer proved
     query: str = ""  # the raw query string, without the "?"
+    # The node id the connection's verified TLS client certificate names (``tls.member_of``);
+    # None without TLS or without such a certificate.
+    peer_id: str | None = None
 
 
 @dataclass(frozen=True)

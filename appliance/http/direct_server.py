@@ -30,12 +30,14 @@ The rules are the shared HTTP layer's (docs/http.md), enforced here by the conne
   lives ``idle_timeout_s``.
 
 A handler gets a ``DirectRequest`` (method, path, lower-cased headers, body, the role the bearer
-proved) and returns a ``DirectReply`` (both in ``direct_messages.py``, which parses and renders;
-a WSGI app is adapted by ``direct_wsgi.py``); raising ``ApiError`` answers that error, anything
-else is logged and answered 500. Routes are exact paths; an unknown path is 404 and a known path
-with another method 405 — both only after authentication. A handler runs on the connection's
-thread and may block (a Raft append waits for its fsync there); the next request on that
-connection waits for it, as HTTP/1.1 without pipelining would anyway.
+proved, and under TLS ``peer_id``: the node id the verified client certificate names, as
+``connections.py`` hands waitress's requests ``TLS_PEER_ID_ENV``; a WSGI app's environ carries it
+under that key) and returns a ``DirectReply`` (both in ``direct_messages.py``, which parses and
+renders; a WSGI app is adapted by ``direct_wsgi.py``); raising ``ApiError`` answers that error,
+anything else is logged and answered 500. Routes are exact paths; an unknown path is 404 and a
+known path with another method 405 — both only after authentication. A handler runs on the
+connection's thread and may block (a Raft append waits for its fsync there); the next request on
+that connection waits for it, as HTTP/1.1 without pipelining would anyway.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from appliance.http.direct_wsgi import call_app, environ_of
 from appliance.http.errors import ApiError, error_body
 from appliance.http.gate import HEADER_BYTES_MAX
 from appliance.http.server import AddressInUse, ServerError, _bind, raise_open_files_limit
+from appliance.http.tls import member_of
 
 log = logging.getLogger("appliance.http.direct_server")
 
@@ -119,6 +122,7 @@ class _Connection:
     since: float = 0.0  # when the current state began (monotonic)
     closing: bool = False  # chosen for closing by the acceptor (eviction, upkeep, stop)
     buffer: bytearray = field(default_factory=bytearray)
+    peer_id: str | None = None  # the node id the verified TLS client certificate names
 
     def interrupt(self) -> None:
         """Wake the owning thread out of a blocking call: the socket reads as ended."""
@@ -463,7 +467,9 @@ class DirectServer:
                 raise _Closed() from None
             log.info("%s: TLS handshake failed: %s", self.name, getattr(exc, "reason", exc))
             raise _Closed() from None
-        if self._peer_check is not None and not self._peer_check(tls.getpeercert()):
+        certificate = tls.getpeercert()
+        connection.peer_id = member_of(certificate)
+        if self._peer_check is not None and not self._peer_check(certificate):
             log.warning(
                 "%s: refused a TLS client whose certificate names no voter of this cluster",
                 self.name,
@@ -546,7 +552,7 @@ class DirectServer:
         ):
             connection.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = self._read_chunked(connection) if chunked else self._read_body(connection, length)
-        request = DirectRequest(method, path, headers, body, role, query)
+        request = DirectRequest(method, path, headers, body, role, query, connection.peer_id)
         reply = self._dispatch(request, connection)
         connection.sock.sendall(render(reply, keep, self._error_extra))
         return keep

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from appliance.http.direct_messages import DirectReply, DirectRequest, error_reply
+from appliance.http.tls import TLS_PEER_ID_ENV
 
 log = logging.getLogger("appliance.http.direct_server")
 
@@ -30,7 +31,7 @@ def environ_of(
     port: int | None,
     ssl_context: ssl.SSLContext | None,
 ) -> dict[str, Any]:
-    """A WSGI environ (PEP 3333) for ``request``."""
+    """A WSGI environ (PEP 3333) for ``request``, with the TLS peer's node id."""
     try:
         peer = sock.getpeername()
     except OSError:
@@ -53,6 +54,7 @@ def environ_of(
         "wsgi.multiprocess": False,
         "wsgi.run_once": False,
         "CONTENT_LENGTH": str(len(request.body)),
+        TLS_PEER_ID_ENV: request.peer_id,  # as waitress's requests carry it (connections.py)
     }
     for name, value in request.headers.items():
         if name == "content-type":

@@ -1,9 +1,10 @@
 """The owner's half of a contract amendment: check and normalize the operator's arguments.
 
 Theory of operation: an amendment row of the command table (``renew_grant``, ``amend_remote``,
-``amend_limits``) builds its core command from the arguments plus ``base_amendment``, the index of
-the amendment in force when the owner read the committed state; the apply refuses the command if
-another amendment committed in between (appliance/core/amendments.py), so two operators never
+``amend_limits``) builds its core command from the arguments plus ``base_amendment``: the one the
+operator sent (the index ``status`` showed them; the CLI always sends it), else the index of the
+amendment in force when the owner read the committed state. The apply refuses the command if
+another amendment committed since that base (appliance/core/amendments.py), so two operators never
 overwrite each other unseen. Values are normalized here the way the sealed contract writes them
 (the expiry in UTC with ``Z``, the worker origin without a default port), so a config file equal
 to an amended contract digests equal to it, and checked against the config's own rules (so
@@ -42,10 +43,12 @@ def _text(args: dict[str, Any], field: str, pattern: Any, bytes_max: int, what: 
 
 
 def amendment_args(action: str, args: dict[str, Any], state: core.SchedulerState) -> dict[str, Any]:
-    """``args`` checked and normalized, with ``base_amendment`` (and, for ``amend_limits``, the
-    full ``limits``: fields left out keep their value)."""
+    """``args`` checked and normalized, with ``base_amendment`` (the operator's, passed through,
+    or the amendment in force) and, for ``amend_limits``, the full ``limits`` (fields left out
+    keep their value)."""
     out = {k: v for k, v in args.items() if v is not None}
-    out["base_amendment"] = core.amendment_index(state)
+    # The operator's base when given (the apply refuses it if stale), else the one in force.
+    out.setdefault("base_amendment", core.amendment_index(state))
     if action == "renew_grant":
         text = out.get("expires_at")
         if not isinstance(text, str):

@@ -54,6 +54,7 @@ same holds when it happens on a thread that was handling a message inline.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -154,6 +155,13 @@ class NodeStatus:
                 None if self.snapshot_at_s is None else time.monotonic() - self.snapshot_at_s
             ),
         }
+
+
+# Where ``configuration_and_term`` finds its two fields in the status tuple (``NodeStatus``'s
+# order, built by ``RaftDriver._snapshot``).
+_FIELDS = [f.name for f in dataclasses.fields(NodeStatus)]
+_TERM_FIELD = _FIELDS.index("term")
+_CONFIGURATION_FIELD = _FIELDS.index("configuration")
 
 
 class RaftDriver:
@@ -306,6 +314,14 @@ class RaftDriver:
         with self._lock:
             fields = self._status
         return NodeStatus(*fields)
+
+    def configuration_and_term(self) -> tuple[dict[str, Any] | None, int]:
+        """The configuration in force (one dict per configuration, shared, never changed) and
+        the current term, as of the last cycle, without building a ``NodeStatus``: the cluster
+        listener asks on every message it takes (who may speak, issue 36)."""
+        with self._lock:
+            fields = self._status
+        return fields[_CONFIGURATION_FIELD], fields[_TERM_FIELD]
 
     # -- the driver thread ---------------------------------------------------------------------
 

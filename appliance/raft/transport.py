@@ -1,4 +1,4 @@
-"""HTTP transport for Raft messages: Falcon routes on the cluster port, one pipeline per peer.
+"""HTTP transport for Raft messages: the cluster port's routes, one pipeline per peer.
 
 Theory of operation. Raft messages are one-way (the driver's ``Transport.send`` contract): every
 message is one ``POST`` of its binary encoding (``codec.py``). A message that asks for an answer
@@ -24,7 +24,11 @@ batch fits the binary framing. A message stamped with another contract digest is
 403 ``contract_mismatch`` and logged at ERROR naming the sender — loudly, but at most once per
 peer per minute (with a count of what was suppressed), so a misconfigured voter retrying every
 heartbeat cannot drown the log while the problem stays visible. Malformed → 400, a message on the
-wrong route or addressed to another node → 400.
+wrong route or addressed to another node → 400. Who may speak (``SenderCheck``, issue 36): under
+TLS a message whose ``sender`` is not the node its client certificate names is 403
+``sender_mismatch``, and a sender that is not a member of the configuration in force is 403
+``not_a_member`` unless Raft needs it heard (appliance/raft/sender_rule.py); a status read needs a
+member's certificate.
 
 Client side (``HttpTransport``): one ``PeerPipeline`` per peer (``peer_pipeline.py``: a bounded
 queue, a sender thread, one request in flight, heartbeats coalesced, contiguous appends merged,
@@ -54,6 +58,7 @@ from appliance.http import ApiError, BearerAuth, ClientError, Response, create_a
 from appliance.http.connections import ConnectionPolicy
 from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer, Handler
 from appliance.http.peer_connection import PeerConnection
+from appliance.http.tls import TLS_PEER_ID_ENV
 from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
 from appliance.raft.errors import CodecError, DigestMismatch
 from appliance.raft.messages import (
@@ -155,13 +160,66 @@ def mismatch_log(clock: Clock = time.monotonic) -> RateLimitedLog:
 # -- server side ---------------------------------------------------------------------------------
 
 
+class SenderCheck:
+    """Who may speak (issue 36): under TLS a message's ``sender`` must be the node id its client
+    certificate names (``identity_required``: the listener has TLS, so every request carries
+    one); ``refusal(message)`` then says why a sender is not taken (appliance/raft/sender_rule.py:
+    not a member of the configuration in force), and ``is_member(node_id)`` gates status reads.
+    Refusals are 403 and logged at WARNING, at most once per sender and reason per minute."""
+
+    def __init__(
+        self,
+        *,
+        identity_required: bool,
+        refusal: Callable[[Message], str | None] | None = None,
+        is_member: Callable[[str], bool] | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.identity_required = identity_required
+        self._refusal = refusal
+        self._is_member = is_member
+        self._log = RateLimitedLog(logging.WARNING, MISMATCH_LOG_INTERVAL_S, clock)
+
+    def message(self, peer: str | None, message: Message) -> None:
+        """Refuse (403) ``message`` unless ``peer`` (the node id the connection's client
+        certificate names; None without one) may send it."""
+        if (self.identity_required or peer is not None) and peer != message.sender:
+            self._refuse(
+                "sender_mismatch",
+                f"a {type(message).__name__} says it is from {message.sender!r}, but the client "
+                f"certificate names {peer!r}: a node speaks only for itself",
+                key=f"{peer}->{message.sender}",
+            )
+        why = self._refusal(message) if self._refusal is not None else None
+        if why is not None:
+            self._refuse("not_a_member", why, key=f"member:{message.sender}")
+
+    def status(self, peer: str | None) -> None:
+        """Refuse (403) a status read unless ``peer`` is a member (under TLS)."""
+        if not self.identity_required or self._is_member is None:
+            return
+        if peer is None or not self._is_member(peer):
+            self._refuse(
+                "not_a_member",
+                f"{peer!r} is not a voter or learner of this node's configuration: the status "
+                "route answers members only",
+                key=f"status:{peer}",
+            )
+
+    def _refuse(self, code: str, why: str, *, key: str) -> None:
+        self._log.report(key, f"REFUSED on the cluster port ({code}): {why}")
+        raise ApiError(403, code, why)
+
+
 class RaftMessages:
     """One message route's rules, without a web framework: decode, check, deliver, answer.
 
-    ``handle(body)`` returns ``(200, encoded answer)`` when the answer rode back, else
+    ``handle(body, peer)`` returns ``(200, encoded answer)`` when the answer rode back, else
     ``(202, b"")``; refusals raise ``ApiError`` (403 contract mismatch, 400 malformed, wrong
-    route, misrouted). Served by the ``DirectServer`` of a voter (``raft_listener``) and by the
-    Falcon app (``create_raft_app``)."""
+    route, misrouted; 403 ``sender_mismatch`` / ``not_a_member`` from ``senders``). ``peer`` is
+    the node id the connection's TLS client certificate names (None without one). Served by the
+    ``DirectServer`` of a voter (``raft_listener``: ``DirectRequest.peer_id``) and by the Falcon
+    app (``create_raft_app``: ``TLS_PEER_ID_ENV``)."""
 
     def __init__(
         self,
@@ -172,6 +230,7 @@ class RaftMessages:
         mismatches: RateLimitedLog,
         deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
         reply_wait_s: float,
+        senders: SenderCheck | None,
     ) -> None:
         self._kinds = kinds
         self._node_id = node_id
@@ -180,8 +239,9 @@ class RaftMessages:
         self._mismatches = mismatches
         self._deliver_with_reply = deliver_with_reply
         self._reply_wait_s = reply_wait_s
+        self._senders = senders
 
-    def handle(self, body: bytes) -> tuple[int, bytes]:
+    def handle(self, body: bytes, peer: str | None = None) -> tuple[int, bytes]:
         try:
             message = decode(body, self._digest)
         except DigestMismatch as exc:
@@ -196,6 +256,8 @@ class RaftMessages:
             raise ApiError(400, "wrong_route", f"{type(message).__name__} does not go here")
         if message.to != self._node_id:
             raise ApiError(400, "misrouted", f"message for {message.to!r} sent to {self._node_id}")
+        if self._senders is not None:
+            self._senders.message(peer, message)
         if self._deliver_with_reply is not None and isinstance(message, QUESTION_KINDS):
             slot = ReplySlot(message.sender)
             self._deliver_with_reply(message, slot)
@@ -209,7 +271,7 @@ class RaftMessages:
         return 202, b""
 
     def direct(self, request: DirectRequest) -> DirectReply:
-        status, answer = self.handle(request.body)
+        status, answer = self.handle(request.body, request.peer_id)
         return DirectReply(status, answer, OCTET_STREAM if answer else None)
 
 
@@ -218,7 +280,8 @@ class _MessageResource:
         self._messages = messages
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        status, answer = self._messages.handle(read_body(req, BODY_BYTES_MAX))
+        body = read_body(req, BODY_BYTES_MAX)
+        status, answer = self._messages.handle(body, req.env.get(TLS_PEER_ID_ENV))
         resp.status = falcon.code_to_http_status(status)
         if answer:
             resp.content_type = OCTET_STREAM
@@ -226,10 +289,15 @@ class _MessageResource:
 
 
 class _StatusResource:
-    def __init__(self, status: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(
+        self, status: Callable[[], Mapping[str, Any]], senders: SenderCheck | None
+    ) -> None:
         self._status = status
+        self._senders = senders
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self._senders is not None:
+            self._senders.status(req.env.get(TLS_PEER_ID_ENV))
         resp.media = dict(self._status())
 
 
@@ -240,11 +308,12 @@ def _message_routes(
     mismatches: RateLimitedLog | None,
     deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
     reply_wait_s: float,
+    senders: SenderCheck | None,
 ) -> dict[str, RaftMessages]:
     refused = mismatches or mismatch_log()
     return {
         path: RaftMessages(
-            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s
+            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s, senders
         )
         for path, kinds in ((APPEND_PATH, APPEND_KINDS), (VOTE_PATH, VOTE_KINDS))
     }
@@ -260,20 +329,22 @@ def create_raft_app(
     mismatches: RateLimitedLog | None = None,
     deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
     reply_wait_s: float = REPLY_WAIT_S,
+    senders: SenderCheck | None = None,
 ) -> falcon.App:
     """The cluster-port routes as a WSGI app (for ``HttpServer``; a voter serves them with
     ``raft_listener``). ``credentials`` maps every role this process knows to its token (so
     they can be told apart in the audit log); only the ``cluster`` role is accepted.
 
     With ``deliver_with_reply`` (the driver's ``deliver``), votes, appends and heartbeats wait
-    for their answer and return it in the response; without it every message gets ``202``."""
+    for their answer and return it in the response; without it every message gets ``202``.
+    ``senders``: who may speak (``SenderCheck``); None takes every message the bearer admits."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
     messages = _message_routes(
-        node_id, digest, deliver, mismatches, deliver_with_reply, reply_wait_s
+        node_id, digest, deliver, mismatches, deliver_with_reply, reply_wait_s, senders
     )
     routes: dict[str, Any] = {path: _MessageResource(m) for path, m in messages.items()}
-    routes[STATUS_PATH] = _StatusResource(status)
+    routes[STATUS_PATH] = _StatusResource(status, senders)
     return create_app(
         routes=routes,
         credentials=credentials,
@@ -299,15 +370,22 @@ def raft_listener(
     peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
     connection_limit: int = CLUSTER_CONNECTIONS_MAX,
     policy: ConnectionPolicy | None = None,
+    senders: SenderCheck | None = None,
 ) -> DirectServer:
     """The cluster listener of a voter: the same routes and rules as ``create_raft_app``,
     served by a ``DirectServer`` (each connection on its own thread: a peer's message costs one
-    thread wake-up on the way in, not three; appliance/http/direct_server.py). Not started."""
+    thread wake-up on the way in, not three; appliance/http/direct_server.py). Not started.
+    Under TLS the server hands each request the node id its client certificate names
+    (``DirectRequest.peer_id``), which ``senders`` holds a message's sender to."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
-    messages = _message_routes(node_id, digest, deliver, None, deliver_with_reply, reply_wait_s)
+    messages = _message_routes(
+        node_id, digest, deliver, None, deliver_with_reply, reply_wait_s, senders
+    )
 
     def status_route(request: DirectRequest) -> DirectReply:
+        if senders is not None:
+            senders.status(request.peer_id)
         body = json.dumps(dict(status()), separators=(",", ":")).encode("utf-8")
         return DirectReply(200, body, "application/json")
 

@@ -28,10 +28,15 @@ from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, host_port, raft_listener
+from appliance.raft.transport import HttpTransport, SenderCheck, host_port, raft_listener
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
-from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
+from appliance.replication.voter_capabilities import (
+    REFRESH_CONNECT_TIMEOUT_MS,
+    REFRESH_READ_TIMEOUT_MS,
+    REMEMBERED_FILE,
+    VoterCapabilities,
+)
 
 
 class RaftMember:
@@ -48,6 +53,7 @@ class RaftMember:
         restore: RestoreHook | None = None,
     ) -> None:
         voters = cfg.voters  # the genesis voters; the configuration in force is in the log
+        self.management_addr = management_addr_text(cfg)
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
         # Always a transport, even for a single voter: a member added at run time (add_voter)
         # is reached at the address the committed configuration carries (driver._sync_peers).
@@ -83,6 +89,7 @@ class RaftMember:
                 snapshot_bytes=cfg.raft.snapshot_bytes,
             ),
             restore=restore,
+            genesis_addresses={node_id: str(addr) for node_id, addr in voters.items()},
         )
         known = {
             "cluster": credentials.cluster,
@@ -104,6 +111,13 @@ class RaftMember:
             scheme="http" if tls_context is None else "https",
             members=lambda: configured_members(self.replication.status(), peers),
             remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
+            learners=lambda: configured_learners(self.replication.status()),
+            quick_client=HttpClient(
+                connect_timeout_ms=REFRESH_CONNECT_TIMEOUT_MS,
+                read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
+                ssl_context=tls_context,
+            ),
+            management_addr=self.management_addr,
         )
         if self.transport is not None:
             self.transport.receive_answers(self.replication.deliver)
@@ -114,18 +128,31 @@ class RaftMember:
             status=self.status,
             credentials=known,
             deliver_with_reply=self.replication.deliver,
+            # Who may speak (issue 36): the certificate's node, a member of the configuration
+            # in force (or what Raft needs from a newer one); without TLS no certificate names a
+            # sender, and the membership rule still applies to the sender a message states.
+            senders=SenderCheck(
+                identity_required=cfg.tls is not None,
+                refusal=self.replication.sender_refusal,
+                is_member=self.replication.is_member,
+            ),
             host=cfg.advertise_addr,
             port=cfg.cluster_port,
             name=f"raft {cfg.node_id}",
             ssl_context=cluster_listener_context(cfg.tls),
-            # Any member's certificate from the cluster CA, genesis or added at run time (the
-            # contract digest and the cluster bearer still gate every message).
+            # A certificate of the cluster CA naming one node id, genesis or added at run time;
+            # each request then holds the sender to that id and to the configuration in force
+            # (SenderCheck above), which the handshake cannot know.
             peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 
     def status(self) -> dict[str, object]:
-        """The cluster status route's answer: Raft's view plus what this binary can apply."""
-        return {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        """The cluster status route's answer: Raft's view, what this binary can apply, and where
+        its management listener is (a hint for a 409 elsewhere: voter_capabilities.py)."""
+        status = {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        if self.management_addr is not None:
+            status["management_addr"] = self.management_addr
+        return status
 
     def start(self) -> None:
         """Listen first (so peers' first messages land), then send, then run the node."""
@@ -146,6 +173,14 @@ class RaftMember:
         self.server.stop()
 
 
+def management_addr_text(cfg: RunnerConfig) -> str | None:
+    """This voter's management listener as ``appliance admin --addr`` takes it, or None."""
+    management = getattr(cfg, "management", None)
+    if management is None:
+        return None
+    return f"{'https://' if management.tls else ''}{management.addr}"
+
+
 def configured_members(
     status: Mapping[str, Any], genesis_peers: Mapping[str, str]
 ) -> dict[str, str]:
@@ -158,3 +193,11 @@ def configured_members(
     addresses = {**genesis_peers, **dict(configuration.get("addresses") or {})}
     members = [*configuration.get("voters", ()), *configuration.get("learners", ())]
     return {member: addresses.get(member, "") for member in members}
+
+
+def configured_learners(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The learners of the configuration in force (none when the status has no configuration)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return ()
+    return tuple(configuration.get("learners") or ())

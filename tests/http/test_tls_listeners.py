@@ -27,6 +27,7 @@ from appliance.http.limits import read_body
 from appliance.http.peer_connection import PeerConnection
 from appliance.http.server import HttpServer
 from appliance.http.tls import (
+    TLS_PEER_ID_ENV,
     TlsSetupError,
     client_context,
     listener_context,
@@ -42,7 +43,7 @@ VOTERS = ("n1", "n2", "n3")
 
 class Echo:
     def on_get(self, req, resp):
-        resp.media = {"role": req.context.auth_role}
+        resp.media = {"role": req.context.auth_role, "peer": req.env.get(TLS_PEER_ID_ENV)}
 
     def on_post(self, req, resp):
         resp.media = {"bytes": len(read_body(req))}
@@ -75,10 +76,20 @@ def pki_dir(tmp_path_factory) -> dict[str, TlsConfig]:
 
 def _direct_echo(request: DirectRequest) -> DirectReply:
     if request.method == "GET":
-        document: dict[str, object] = {"role": request.role}
+        document: dict[str, object] = {"role": request.role, "peer": request.peer_id}
     else:
         document = {"bytes": len(request.body)}
     return DirectReply(200, json.dumps(document).encode(), "application/json")
+
+
+def _echo_app():
+    return create_app(
+        routes={"/echo": Echo()},
+        credentials={"cluster": Secret(TOKEN)},
+        accepted_roles={"cluster"},
+        body_bytes_max=2 * 1024 * 1024,
+        surface="cluster",
+    )
 
 
 def _cluster_server(tls: TlsConfig, kind: str = "waitress", **kwargs) -> HttpServer | DirectServer:
@@ -86,6 +97,17 @@ def _cluster_server(tls: TlsConfig, kind: str = "waitress", **kwargs) -> HttpSer
     ``DirectServer`` a voter's cluster listener runs on."""
     context = server_context(tls, require_client_cert=True)
     peer_check = lambda cert: voter_of(cert, VOTERS) is not None  # noqa: E731
+    if kind == "direct_app":  # a create_app surface on a DirectServer (admission, the worker)
+        return DirectServer.for_app(
+            _echo_app(),
+            host="127.0.0.1",
+            port=0,
+            name="tls",
+            body_bytes_max=2 * 1024 * 1024,
+            ssl_context=context,
+            peer_check=peer_check,
+            **kwargs,
+        )
     if kind == "direct":
         return DirectServer(
             {"/echo": {"GET": _direct_echo, "POST": _direct_echo}},
@@ -98,15 +120,8 @@ def _cluster_server(tls: TlsConfig, kind: str = "waitress", **kwargs) -> HttpSer
             peer_check=peer_check,
             **kwargs,
         )
-    app = create_app(
-        routes={"/echo": Echo()},
-        credentials={"cluster": Secret(TOKEN)},
-        accepted_roles={"cluster"},
-        body_bytes_max=2 * 1024 * 1024,
-        surface="cluster",
-    )
     return HttpServer(
-        app,
+        _echo_app(),
         host="127.0.0.1",
         port=0,
         name="tls",
@@ -131,7 +146,40 @@ def test_a_voter_with_a_cluster_certificate_completes_a_request(pki_dir, kind):
     with _cluster_server(pki_dir["n1"], kind) as server:
         response = _get(client_context(pki_dir["n2"], check_hostname=False), server.port)
         assert response.status == 200
-        assert response.json() == {"role": "cluster"}
+        assert response.json() == {"role": "cluster", "peer": "n2"}
+
+
+@pytest.mark.parametrize("kind", ["waitress", "direct", "direct_app"])
+def test_each_request_carries_the_node_id_its_client_certificate_names(pki_dir, kind):
+    """What the Raft routes hold a message's sender to (issue 36): waitress's environ
+    (TLS_PEER_ID_ENV), a DirectServer handler's ``peer_id``, a WSGI app's environ behind a
+    DirectServer. One connection per certificate; each request on it names that node."""
+    with _cluster_server(pki_dir["n1"], kind) as server:
+        for node_id in ("n3", "n2"):
+            context = client_context(pki_dir[node_id], check_hostname=False)
+            with HttpClient(ssl_context=context, read_timeout_ms=3000) as http:
+                for _ in range(2):  # a kept-alive connection's second request too
+                    answer = http.get(f"https://127.0.0.1:{server.port}/echo", bearer=TOKEN)
+                    assert answer.json() == {"role": "cluster", "peer": node_id}
+    # Without TLS no certificate names anyone.
+    plain = (
+        HttpServer(_echo_app(), host="127.0.0.1", port=0, name="p", body_bytes_max=4096)
+        if kind == "waitress"
+        else DirectServer.for_app(
+            _echo_app(), host="127.0.0.1", port=0, name="p", body_bytes_max=4096
+        )
+        if kind == "direct_app"
+        else DirectServer(
+            {"/echo": {"GET": _direct_echo}},
+            gate=BearerAuth({"cluster": Secret(TOKEN)}, {"cluster"}),
+            host="127.0.0.1",
+            port=0,
+            name="p",
+            body_bytes_max=4096,
+        )
+    )
+    with plain:
+        assert _get(None, plain.port).json() == {"role": "cluster", "peer": None}
 
 
 @KINDS

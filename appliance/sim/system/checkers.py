@@ -26,6 +26,10 @@ granted, and every launch the engines saw. Each rule is checked where it can fir
   ``Cancelling``; every replica is byte-identical to the reference; every committed schedule is
   still there. The run also counts ``Unknown`` occurrences with and without a committed permit
   (issue 23); ``strict_unknown`` fails any without one.
+
+And everywhere: an exception raised inside an owner is a bug (issue 31). The owners run strict
+(``SystemOptions.strict``), so it leaves ``Owner.handle`` and the voter's driver reports it as a
+violation (``RULE_OWNER_RAISED``) with the seed, instead of a ``loop_error`` nobody counts.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
 from appliance.core.pause import Resume
 from appliance.core.runner_parts import admission_of
-from appliance.core.state_model import payload_digest
+from appliance.owner.pacing import PACING_PROBE
+from appliance.protocol.v1 import payload_sha256
 from appliance.runner.machine import Accepted, Machine, decode_command
 from appliance.worker.memory_store import MemoryDisk
 
@@ -54,6 +59,7 @@ RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
 RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
 RULE_PACED = "a paced owner sends no more than the worker takes"
+RULE_OWNER_RAISED = "no exception inside an owner"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -114,7 +120,7 @@ class Ledger:
             record = state.occurrences[oid]
             schedule = state.schedules.get(record.schedule_id)
             if schedule is not None:
-                self.created_digest[oid] = payload_digest(schedule.definition.code)
+                self.created_digest[oid] = payload_sha256(schedule.definition.code)
         if isinstance(command, core.Admit):
             self._check_digest(command.binding.occurrence_id, command.binding.payload_sha256)
         if isinstance(command, core.RunNow):
@@ -340,13 +346,14 @@ class Ledger:
         re-observes after a takeover were sent by an earlier owner and may exceed it.)"""
         if not any(getattr(e, "event", None) == "capacity_send" for e in effects):
             return
-        if owner._pacing == "probe":
+        pacing = owner.pacing
+        if pacing.mode == PACING_PROBE:
             if owner.execs_outstanding() > 1:
                 raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
             return
-        window = owner._window()
+        window = pacing.window()
         in_flight = owner.in_flight()
-        capacity = owner._capacity
+        capacity = pacing.capacity
         stated = (
             None
             if capacity is None
@@ -363,6 +370,8 @@ class Ledger:
         """Count the decisions that show pacing at work (``reached``)."""
         if event in ("capacity_wait", "capacity_send", "dispatch_not_dispatched"):
             self.events[f"pacing:{event}"] += 1
+        elif event == "loop_error":  # only a lenient run gets here: a strict one fails at once
+            self.events["loop_error"] += 1
 
     def summarize(self, result: SystemResult) -> None:
         occurrences = self.reference.state.occurrences.values()
