@@ -4,6 +4,11 @@ Children are started by re-invoking the interpreter on the child entry point (sp
 the engine never forks a process that has threads or a V8 isolate. ``child_command`` is the one
 place that decides how; packaging can change it (for a zipapp) without touching anything else.
 
+A child hosts several executions at once, so its frames interleave: once ready, one reader
+thread per child (``start_reading``) hands each frame to the mailbox of the execution it names.
+End of file, or a frame that breaks the protocol, closes every mailbox of the child (each
+supervisor then judges its own execution from the exit status).
+
 The child gets a scrubbed environment: only the variables the interpreter needs to find the
 package, plus the expected parent pid. Worker credentials therefore never reach a child.
 """
@@ -13,11 +18,13 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import queue
 import select
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import IO, Any
 
@@ -27,6 +34,7 @@ from appliance.engine.protocol import PARENT_PID_ENV
 CHILD_MODULE = "appliance.engine.child"
 ENV_ALLOWLIST = ("PATH", "PYTHONPATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 STDERR_TAIL_BYTES = 8 * 1024
+READER_JOIN_SECONDS = 5.0
 REQUEST_FRAME_BYTES_MAX = 8 * 1024 * 1024
 
 
@@ -45,18 +53,69 @@ class ChildStartError(Exception):
     """The child did not become ready."""
 
 
+class ChildEnded(Exception):
+    """The child's pipe ended (end of file or a protocol error) before the awaited frame."""
+
+
+class Mailbox:
+    """The frames of one execution in one child, in order; closed when the child's pipe ends."""
+
+    _ENDED = object()
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def put(self, message: dict[str, Any]) -> None:
+        self._queue.put(message)
+
+    def wake(self) -> None:
+        """Make a pending ``get`` return None once (the owner has something to look at)."""
+        self._queue.put(None)
+
+    def end(self) -> None:
+        self._queue.put(self._ENDED)
+
+    def get(self, deadline_monotonic: float | None) -> dict[str, Any] | None:
+        """The next frame; None when woken; FrameTimeout at the deadline; ChildEnded after the
+        child's pipe ended (again on every later call)."""
+        timeout = None if deadline_monotonic is None else deadline_monotonic - time.monotonic()
+        try:
+            item = self._queue.get(timeout=max(0.0, timeout) if timeout is not None else None)
+        except queue.Empty:
+            raise protocol.FrameTimeout("no frame before the deadline") from None
+        if item is self._ENDED:
+            self._queue.put(self._ENDED)
+            raise ChildEnded("the child's pipe ended")
+        return item
+
+
 class ChildProcess:
-    """One engine child seen from the parent. Not thread-safe except kill()."""
+    """One engine child seen from the parent. ``send``, ``kill`` and the mailboxes are
+    thread-safe; the rest belongs to the engine (under its lock)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], stderr_file: IO[bytes]) -> None:
         self._popen = popen
         self._stderr_file = stderr_file
         self._reader: protocol.FrameReader | None = None
         self.pid = popen.pid
-        self.executions_done = 0  # done frames read from this child
+        self.slots = 1
+        self.executions_done = 0  # released frames read from this child
         self.idle_since_monotonic = 0.0
         self._rss_bytes_first: int | None = None
         self._rss_bytes_last = 0
+        self._send_lock = threading.Lock()
+        self._mailbox_lock = threading.Lock()
+        self._mailboxes: dict[str, Mailbox] = {}
+        self._ended: str | None = None  # why the pipe ended, once it has
+        self._reading: threading.Thread | None = None
+        # The engine's bookkeeping (under the engine's lock):
+        self.hosted: set[str] = set()  # placed and not yet released
+        self.releasing: set[str] = set()  # done, their isolate on its way out
+        self.placed_total = 0
+        self.retiring = False  # takes no new execution; killed once empty (or at once)
+        self.end_note: str | None = None  # why the engine killed it (for the other executions)
+        self.hosted_at_end: frozenset[str] | None = None  # who was running when it died
+        self.buried = False  # reaped, pipes closed, pid forgotten
 
     @classmethod
     def spawn(cls, reply_frame_bytes_max: int) -> ChildProcess:
@@ -83,6 +142,12 @@ class ChildProcess:
         child._reader = protocol.FrameReader(popen.stdout.fileno(), reply_frame_bytes_max)
         return child
 
+    def configure(self, slots: int, egress: dict[str, Any] | None) -> None:
+        """The first frame: how many executions the child hosts, and the egress handoff (it
+        holds credential values: stdin only, never logged)."""
+        self.slots = slots
+        self.send({"type": protocol.MSG_CONFIGURE, "slots": slots, "egress": egress})
+
     def wait_ready(self, deadline_monotonic: float) -> None:
         try:
             message = self.read(deadline_monotonic)
@@ -92,22 +157,24 @@ class ChildProcess:
             raise ChildStartError(f"child {self.pid} sent {message!r} instead of ready")
         if message.get("v") != protocol.PROTOCOL_VERSION:
             raise ChildStartError(f"child {self.pid} speaks protocol {message.get('v')!r}")
-        if message.get("executions") != self.executions_done:
+        if message.get("slots") != self.slots:
             raise ChildStartError(
-                f"child {self.pid} reports {message.get('executions')!r} executions, "
-                f"the parent saw {self.executions_done}"
+                f"child {self.pid} offers {message.get('slots')!r} slots, not {self.slots}"
             )
-        rss = message.get("rss_bytes")
+        self.note_rss(message.get("rss_bytes"))
+
+    def note_rss(self, rss: Any) -> None:
         if isinstance(rss, int) and not isinstance(rss, bool):
             self._rss_bytes_last = rss
             if self._rss_bytes_first is None:
                 self._rss_bytes_first = rss
 
     def rss_growth_bytes(self) -> int:
-        """How much the child's RSS grew from its first ready frame to its latest one."""
+        """How much the child's RSS grew from its ready frame to its latest released one."""
         return self._rss_bytes_last - (self._rss_bytes_first or self._rss_bytes_last)
 
     def read(self, deadline_monotonic: float | None) -> dict[str, Any]:
+        """One frame, before ``start_reading`` (the ready frame)."""
         if self._reader is None:
             raise ChildStartError("child has no reader")
         return self._reader.read(deadline_monotonic)
@@ -116,7 +183,61 @@ class ChildProcess:
         stdin = self._popen.stdin
         if stdin is None:
             raise BrokenPipeError("child has no stdin")
-        protocol.write_frame(stdin.fileno(), message, REQUEST_FRAME_BYTES_MAX)
+        with self._send_lock:
+            protocol.write_frame(stdin.fileno(), message, REQUEST_FRAME_BYTES_MAX)
+
+    # ----- after ready: one reader thread, one mailbox per execution ---------------------
+
+    def start_reading(self) -> None:
+        self._reading = threading.Thread(
+            target=self._read_frames, name=f"engine-child-{self.pid}", daemon=True
+        )
+        self._reading.start()
+
+    def mailbox(self, execution_id: str) -> Mailbox:
+        """The execution's mailbox, opened on first use (already ended if the pipe has)."""
+        with self._mailbox_lock:
+            box = self._mailboxes.get(execution_id)
+            if box is None:
+                box = self._mailboxes[execution_id] = Mailbox()
+                if self._ended is not None:
+                    box.end()
+            return box
+
+    def forget_mailbox(self, execution_id: str) -> None:
+        with self._mailbox_lock:
+            self._mailboxes.pop(execution_id, None)
+
+    @property
+    def ended(self) -> str | None:
+        """Why the pipe ended (end of file, a protocol error), or None while it is open."""
+        with self._mailbox_lock:
+            return self._ended
+
+    def _read_frames(self) -> None:
+        why = "end of file"
+        try:
+            while True:
+                message = self.read(None)
+                execution_id = message.get("execution_id")
+                if not isinstance(execution_id, str):
+                    raise protocol.ProtocolError(
+                        f"frame {message.get('type')!r} names no execution"
+                    )
+                with self._mailbox_lock:
+                    box = self._mailboxes.get(execution_id)
+                if box is None:
+                    raise protocol.ProtocolError(f"frame for unknown execution {execution_id!r}")
+                box.put(message)
+        except protocol.PeerClosed:
+            pass
+        except (protocol.ProtocolError, OSError, ValueError) as exc:
+            why = f"protocol error: {exc}"
+        with self._mailbox_lock:
+            self._ended = why
+            boxes = list(self._mailboxes.values())
+        for box in boxes:
+            box.end()
 
     def alive(self) -> bool:
         return self._popen.poll() is None
@@ -150,8 +271,16 @@ class ChildProcess:
             return ""
 
     def close(self) -> None:
-        """Release the pipes and the stderr file (after reaping)."""
-        for stream in (self._popen.stdin, self._popen.stdout, self._stderr_file):
+        """Release the pipes and the stderr file (after reaping). The reader thread is joined
+        first — the reaped child's end is closed, so it sees end of file at once — so its
+        descriptor is never closed (and perhaps reused) under it."""
+        streams: list[Any] = [self._popen.stdin, self._stderr_file]
+        reading = self._reading
+        if reading is not None and reading is not threading.current_thread():
+            reading.join(READER_JOIN_SECONDS)
+        if reading is None or not reading.is_alive():
+            streams.append(self._popen.stdout)
+        for stream in streams:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
