@@ -28,6 +28,7 @@ parent kills the child if that fails.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
 import signal
@@ -263,6 +264,9 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     threading.stack_size(THREAD_STACK_BYTES)
+    # A disposed isolate's loop drops the calls it can no longer answer; asyncio would log
+    # each at its garbage collection, pushing useful lines out of the stderr tail.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
     reader = protocol.FrameReader(0, REQUEST_FRAME_BYTES_MAX)
     try:

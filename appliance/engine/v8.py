@@ -126,6 +126,8 @@ class Isolate:
         self._functions = {name: harness[name] for name in ("run", "take", "deliver")}  # type: ignore[index]
         self._no_arguments = self._racer.eval("[]")
         self._disposed = False
+        self._outstanding: set[concurrent.futures.Future[Any]] = set()
+        self._outstanding_lock = threading.Lock()
 
     def _on_loop(self, function: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         async def call() -> Any:
@@ -164,6 +166,10 @@ class Isolate:
         future terminates the call if it is running (V8 TerminateExecution)."""
         from py_mini_racer._types import JSUndefined
 
+        if self._disposed:
+            failed: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            failed.set_exception(IsolateError("the isolate is disposed"))
+            return failed
         ctx = self._ctx
         function = self._functions[name]
         no_arguments = self._no_arguments
@@ -177,7 +183,15 @@ class Isolate:
                 no_arguments.raw_handle.raw,
             )
 
-        return asyncio.run_coroutine_threadsafe(start(), self._loop)
+        future = asyncio.run_coroutine_threadsafe(start(), self._loop)
+        with self._outstanding_lock:
+            self._outstanding.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._outstanding_lock:
+            self._outstanding.discard(future)
 
     def heap_limit_reached(self) -> bool:
         return self._racer.was_hard_memory_limit_reached()
@@ -201,6 +215,12 @@ class Isolate:
         closer = threading.Thread(target=self._racer.close, name="isolate-close", daemon=True)
         closer.start()
         closer.join(max(0.0, deadline - time.monotonic()))
+        # Calls still outstanding can never be answered now (their loop is gone): end them, so
+        # nobody waits on them forever.
+        with self._outstanding_lock:
+            outstanding = list(self._outstanding)
+        for future in outstanding:
+            future.cancel()
         if closer.is_alive():
             return False
         # A joined Python thread may linger in /proc for a moment after it released its lock.
