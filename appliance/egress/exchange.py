@@ -118,8 +118,10 @@ class Exchange:
             if self._abort_kind is None:
                 self._abort_kind, self._abort_message = kind, message
             watches, waiters = list(self._watches), list(self._waiters)
-            if not self._started:
-                self._finished.set()  # never ran: nothing to wait for
+            never_ran = not self._started
+        if never_ran:  # nothing to wait for; run() will raise at once
+            self._finished.set()
+            self._attempt.exchange_finished(self)
         for watch in watches:
             watch.abort()
         for waiter in waiters:
@@ -146,10 +148,12 @@ class Exchange:
             self._finished.set()
             raise self._abort_error()
         gate = self._attempt.gate
-        deadline = min(
-            time.monotonic() + gate.settings.request_timeout_ms / 1000, self._attempt.deadline
+        now = time.monotonic()
+        budget_s = max(
+            0.0, min(gate.settings.request_timeout_ms / 1000, self._attempt.deadline - now)
         )
-        budget_ms = max(0, round((deadline - time.monotonic()) * 1000))
+        deadline = now + budget_s
+        budget_ms = round(budget_s * 1000)
         token = gate.deadlines.add(
             deadline,
             lambda: self.abort(KIND_TIMEOUT, f"no response within {budget_ms} ms"),

@@ -19,8 +19,9 @@ start; the error names the file, line and column (rego-cpp reports byte offsets,
 lines here). It is compiled again in each engine child from the same text.
 
 Evaluation runs on a small pool of threads (``EVALUATORS_MAX``), each with its own interpreter
-(a regopy interpreter is not safe to share between threads, and compiling one costs about a
-millisecond, so they are kept). The caller waits for the answer on its exchange's wake event, so
+and compiled bundle (a regopy interpreter is not safe to share between threads, and building
+one costs a few milliseconds, so they are kept); a decision runs the bundle's plan rather than
+compiling the query again. The caller waits for the answer on its exchange's wake event, so
 an abort does not wait for a slow policy; a Rego evaluation cannot be interrupted, so one that
 never ends keeps its pool thread — the pool is bounded, and decisions that find it busy time
 out and deny. An external OPA is asked through its data API with urllib3 (no proxies, no
@@ -40,6 +41,7 @@ from appliance.config.urls import Origin
 
 POLICY_PACKAGE: Final = "appliance.egress"
 POLICY_QUERY: Final = "data.appliance.egress"
+POLICY_BINDING: Final = "decision"
 OPA_DATA_PATH: Final = "/v1/data/appliance/egress"
 POLICY_BYTES_MAX: Final = 1024 * 1024
 REASON_BYTES_MAX: Final = 512
@@ -183,28 +185,28 @@ class RegoPolicy:
         if text == "undefined":
             return interpret(None)
         try:
-            expressions = json.loads(text)["expressions"]
+            document = json.loads(text)["bindings"][POLICY_BINDING]
         except (ValueError, KeyError, TypeError):
             return Decision(False, "the policy's result could not be read")
-        return interpret(expressions[0] if expressions else None)
+        return interpret(document)
 
-    def _interpreter(self) -> Any:
-        interpreter = getattr(self._local, "interpreter", None)
-        if interpreter is None:
-            interpreter = self._local.interpreter = _compile(self.source, self.file)
-        return interpreter
+    def _interpreter(self) -> tuple[Any, Any]:
+        compiled = getattr(self._local, "compiled", None)
+        if compiled is None:
+            compiled = self._local.compiled = _compile(self.source, self.file)
+        return compiled
 
     def _query(self, input_document: dict[str, Any]) -> tuple[bool, str]:
         from regopy.rego_shared import (
+            rego_bundle_query,
             rego_free_output,
             rego_output_ok,
             rego_output_string,
-            rego_query,
         )
 
-        interpreter = self._interpreter()
+        interpreter, bundle = self._interpreter()
         interpreter.set_input_term(json.dumps(input_document))
-        output = rego_query(interpreter._impl, POLICY_QUERY)
+        output = rego_bundle_query(interpreter._impl, bundle._impl)
         try:
             return bool(rego_output_ok(output)), str(rego_output_string(output))
         finally:
@@ -218,16 +220,21 @@ def _settle(future: Future[Any], work: Any, *args: Any) -> None:
         future.set_exception(exc)
 
 
-def _compile(source: str, file: str) -> Any:
+def _compile(source: str, file: str) -> tuple[Any, Any]:
+    """An interpreter holding the module, and the bundle (the compiled plan) of the query.
+
+    A bundle is what makes a decision cheap: ``query`` compiles the module again every time
+    (about 7 ms for the example policy here), a bundle query runs the plan (about 0.6 ms)."""
     from regopy import Interpreter, LogLevel, RegoError
 
     interpreter = Interpreter()
     interpreter.log_level = LogLevel.NONE  # errors come back as values; nothing on stdout
     try:
         interpreter.add_module(file, source)
+        bundle = interpreter.build(f"{POLICY_BINDING} := {POLICY_QUERY}")
     except RegoError as exc:
         raise _load_error(file, source, str(exc)) from None
-    return interpreter
+    return interpreter, bundle
 
 
 def _load_error(file: str, source: str, text: str) -> PolicyLoadError:
