@@ -8,9 +8,8 @@ up (imports mini-racer, starts V8, builds a spare isolate with the harness), ann
 ``ready``, then serves ``run`` and ``stop`` frames until its stdin closes. Each ``run`` gets a
 sandbox (sandbox.py) with a fresh isolate: nothing of one script — globals, patched prototypes,
 timers — is visible to another, whether they run one after the other or side by side, because
-they never share an isolate. After an execution's ``done`` the child disposes of its isolate and
-says so with ``released`` (or ``done`` itself says ``disposed`` for a stop, a timeout or out of
-memory); the parent counts the slot free only then.
+they never share an isolate. An execution's ``done`` goes out only after its isolate is
+disposed (``disposed`` says whether that was confirmed) and its slot is free again.
 
 Defences, in order: it dies with the parent (PR_SET_PDEATHSIG, checked against the expected
 parent pid so a parent that died during our start-up is noticed); it ignores SIGINT (the parent
@@ -40,6 +39,7 @@ from typing import Any
 from appliance.engine import protocol
 from appliance.engine.model import MIB, REASON_PROTOCOL
 from appliance.engine.pdeathsig import set_parent_death_signal
+from appliance.engine.procstat import data_size_bytes, rss_bytes
 from appliance.engine.protocol import PARENT_PID_ENV
 
 # Room above the V8 heaps for GC working space, compiled code and the child's own Python.
@@ -54,24 +54,6 @@ SLOTS_MAX = 64
 
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 4
-
-
-def _status_field(name: str) -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith(name + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{name} missing from /proc/self/status")
-
-
-def data_size_bytes() -> int:
-    """VmData: the private writable memory that RLIMIT_DATA counts."""
-    return _status_field("VmData")
-
-
-def rss_bytes() -> int:
-    """VmRSS: what the parent watches for growth across executions."""
-    return _status_field("VmRSS")
 
 
 class DataLimit:
@@ -110,10 +92,9 @@ class DataLimit:
 class Host:
     """The child's executions: slots, spare isolate, the data limit, the frames they send."""
 
-    def __init__(self, slots: int, gate: Any, max_requests: int, reply_fd: int) -> None:
+    def __init__(self, slots: int, gate: GateHolder | None, reply_fd: int) -> None:
         self.slots = slots
         self._gate = gate
-        self._max_requests = max_requests
         self._reply_fd = reply_fd
         self._send_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -203,7 +184,7 @@ class Host:
         heap_bytes = int(request["heap_mb"]) * MIB
         room = 2 * heap_bytes + EXECUTION_DATA_BYTES
         if self._gate is not None:
-            room += self._max_requests * THREAD_STACK_BYTES
+            room += self._gate.max_requests * THREAD_STACK_BYTES
         self._data_limit.add(execution_id, room)
         try:
             sandbox = Sandbox(request, self._isolate(), self._gate, self.send, self._finished)
@@ -221,24 +202,51 @@ class Host:
             sandbox.request_stop()
 
     def _finished(self, sandbox: Any, disposed: bool) -> None:
-        """A sandbox disposed of everything it started (or could not prove it did)."""
+        """A sandbox disposed of everything it started (or could not prove it did): its slot
+        is free before its ``done`` goes out."""
         with self._lock:
             self._sandboxes.pop(sandbox.execution_id, None)
             self._executions_done += 1
-            done = self._executions_done
         self._data_limit.remove(sandbox.execution_id)
-        self.send(
-            {
-                "type": protocol.MSG_RELEASED,
-                "execution_id": sandbox.execution_id,
-                "disposed": disposed,
-                "executions": done,
-                "rss_bytes": rss_bytes(),
-            }
-        )
 
 
-def _configure(reader: protocol.FrameReader) -> tuple[int, Any, int]:
+class GateHolder:
+    """The child's egress gate, built while V8 starts (importing the HTTP client and compiling
+    the policy take a few hundred milliseconds), and before ``ready``: the policy runtime
+    (rego-cpp's allocator) reserves its memory when it starts, which must happen before any
+    execution lowers the child's RLIMIT_DATA."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        settings = document.get("settings")
+        max_requests = settings.get("max_requests") if isinstance(settings, dict) else None
+        self.max_requests = max_requests if isinstance(max_requests, int) else 0
+        self._document: dict[str, Any] | None = document
+        self._gate: Any = None
+        self._error: str | None = None
+        self._built = threading.Event()
+
+    def build(self) -> None:
+        from appliance.egress.gate import EgressGate
+
+        try:
+            self._gate = EgressGate.from_child_json(self._document or {})
+        except Exception as exc:  # the worker checked it: this is a bug, said to the script
+            traceback.print_exc()
+            self._error = f"the egress gate could not be built: {type(exc).__name__}"
+        finally:
+            self._document = None  # it holds credential values: keep them only in the gate
+            self._built.set()
+
+    def get(self, timeout_seconds: float) -> Any:
+        """The gate; RuntimeError (its message safe for the script) when it is not there."""
+        if not self._built.wait(max(0.0, timeout_seconds)):
+            raise RuntimeError("the egress gate is not ready")
+        if self._gate is None:
+            raise RuntimeError(self._error or "the egress gate is not available")
+        return self._gate
+
+
+def _configure(reader: protocol.FrameReader) -> tuple[int, GateHolder | None]:
     message = reader.read()
     if message.get("type") != protocol.MSG_CONFIGURE:
         raise ValueError(f"expected a configure frame, not {message.get('type')!r}")
@@ -247,11 +255,10 @@ def _configure(reader: protocol.FrameReader) -> tuple[int, Any, int]:
         raise ValueError(f"slots must be an integer within 1..{SLOTS_MAX}")
     document = message.get("egress")
     if document is None:
-        return slots, None, 0
-    from appliance.egress.gate import EgressGate
-
-    gate = EgressGate.from_child_json(document)
-    return slots, gate, int(gate.settings.max_requests)
+        return slots, None
+    if not isinstance(document, dict):
+        raise ValueError("egress must be an object")
+    return slots, GateHolder(document)
 
 
 def main() -> int:
@@ -270,7 +277,7 @@ def main() -> int:
 
     reader = protocol.FrameReader(0, REQUEST_FRAME_BYTES_MAX)
     try:
-        slots, gate, max_requests = _configure(reader)
+        slots, gate = _configure(reader)
     except protocol.PeerClosed:
         return 0
     except (ValueError, KeyError, TypeError, protocol.ProtocolError) as exc:
@@ -278,9 +285,15 @@ def main() -> int:
         return EXIT_BAD_REQUEST
     from appliance.engine.v8 import initialise_v8
 
+    building = None
+    if gate is not None:
+        building = threading.Thread(target=gate.build, name="egress-gate", daemon=True)
+        building.start()
     initialise_v8()
-    host = Host(slots, gate, max_requests, reply_fd)
+    host = Host(slots, gate, reply_fd)
     host.warm()
+    if building is not None:
+        building.join()
     host.send(host.ready_frame())
     while True:
         try:

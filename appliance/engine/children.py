@@ -4,10 +4,13 @@ Theory of operation
 -------------------
 A child hosts up to ``executions_per_child`` executions at once (its *slots*), each in its own
 isolate (child.py). A spawner thread keeps enough children started that ``warm_children``
-executions beyond those already waiting could start at once, counting children still starting
-and slots whose execution has ended and whose isolate is on its way out (*releasing*: they are
-free in a moment). Only that long-lived thread starts children, because the kernel's
-parent-death signal fires when the *thread* that created a child exits.
+executions beyond the *demand* could start at once, counting children still starting. The
+demand is the executions waiting for a slot or, when more, those the pool holds
+capacity for that may run at once (reserved, up to ``max_concurrent``): a burst shows there
+while the worker still asks for its permits, so the children it needs warm up meanwhile. Only
+that long-lived thread starts children, because the kernel's parent-death signal fires when the
+*thread* that created a child exits; one thread per starting child awaits its ``ready``, so the
+spawner can start more meanwhile.
 
 Placement packs: an execution takes a free slot in the child that already hosts the most
 executions (then the one used most recently), so few children carry the load and surplus ones
@@ -55,6 +58,7 @@ class Children:
         reply_frame_bytes_max: int,
         egress_document: Callable[[], dict[str, Any] | None],
         on_child_spawned: Callable[[int], None] | None,
+        reserved_locked: Callable[[], int] = lambda: 0,
     ) -> None:
         self._cond = cond
         self.executions_per_child = executions_per_child
@@ -66,12 +70,14 @@ class Children:
         self._reply_frame_bytes_max = reply_frame_bytes_max
         self._egress_document = egress_document
         self._on_child_spawned = on_child_spawned
+        self._reserved_locked = reserved_locked
         self._serving: list[ChildProcess] = []  # ready, least recently used first
         self._starting: list[ChildProcess] = []
         self._starting_count = 0
         self._waiting = 0  # executions waiting for a slot
         self._live_pids: set[int] = set()
         self._closed = False
+        self._start_failures = 0  # children in a row that did not become ready
         self.spawned_total = 0
         self._last_start_error = ""
         self._spawner = threading.Thread(
@@ -138,12 +144,11 @@ class Children:
         return best
 
     def leave(self, child: ChildProcess, execution_id: str) -> None:
-        """The execution is gone from the child (released, or the child died): free its slot;
-        a retiring child that is now empty is killed, reaped and forgotten."""
+        """The execution is gone from the child (done, or the child died): free its slot; a
+        retiring child that is now empty is killed, reaped and forgotten."""
         child.forget_mailbox(execution_id)
         with self._cond:
             child.hosted.discard(execution_id)
-            child.releasing.discard(execution_id)
             if child.rss_growth_bytes() > self.child_rss_growth_bytes_max and not child.retiring:
                 log.info(
                     "retiring engine child %s: RSS grew by %s bytes",
@@ -189,18 +194,31 @@ class Children:
         free = self._starting_count * self.executions_per_child
         for child in self._serving:
             if not child.retiring:
-                free += child.slots - len(child.hosted) + len(child.releasing)
+                free += child.slots - len(child.hosted)
         return free
 
+    def _demand_locked(self) -> int:
+        """Executions that will want a slot soon: those waiting for one, and those the pool has
+        reserved capacity for that can run at once (a burst shows here while the worker still
+        asks for its permits, so children warm up meanwhile)."""
+        hosted = sum(len(child.hosted) for child in self._serving)
+        return max(self._waiting, self._reserved_locked() - hosted)
+
     def _spawn_deficit_locked(self) -> int:
-        """Children to start now so that waiting + warm executions could start at once."""
-        missing = self._warm_executions + self._waiting - self._free_slots_locked()
+        """Children to start now so that the demand plus warm executions could start at once.
+        The demand comes first: children only for warmth wait until none is starting, so a
+        burst's children do not share the CPU with one it does not need yet."""
+        demand = self._demand_locked()
+        free = self._free_slots_locked()
+        missing = demand - free
+        if missing <= 0 and self._starting_count == 0:
+            missing = self._warm_executions + demand - free
         return math.ceil(missing / self.executions_per_child) if missing > 0 else 0
 
     def _idle_excess_locked(self) -> tuple[ChildProcess | None, float | None]:
         """The least recently used idle child that is not needed and idled long enough to
         retire, else (None, seconds until one would)."""
-        needed = self._warm_executions + self._waiting
+        needed = self._warm_executions + self._demand_locked()
         free = self._free_slots_locked()
         for child in self._serving:
             if child.hosted or child.retiring or free - child.slots < needed:
@@ -232,7 +250,8 @@ class Children:
                 self.bury(idle)
                 continue
             failed = self._spawn_batch(count)
-            failures = failures + 1 if failed else 0
+            with self._cond:
+                failures = max(failures + 1 if failed else 0, self._start_failures)
             if failures:
                 backoff = min(SPAWN_BACKOFF_SECONDS_MAX, 0.05 * 2**failures)
                 with self._cond:
@@ -240,8 +259,9 @@ class Children:
                         self._cond.wait(backoff)
 
     def _spawn_batch(self, count: int) -> bool:
-        """Start count children and wait for them to be ready; True if any failed."""
-        started: list[ChildProcess] = []
+        """Start count children; True if any could not be started. Their ``ready`` is awaited
+        by one thread each, so the spawner can start more while these warm up (a burst needs
+        several children at once)."""
         failed = False
         egress = self._egress_document() if count else None
         for _ in range(count):
@@ -262,28 +282,34 @@ class Children:
                     log.exception("on_child_spawned callback failed")
             with contextlib.suppress(OSError):  # it died already: wait_ready says so
                 child.configure(self.executions_per_child, egress)
-            started.append(child)
-        deadline = time.monotonic() + self._child_start_timeout_seconds
-        for child in started:
-            try:
-                child.wait_ready(deadline)
-            except ChildStartError as exc:
-                failed = True
-                child.kill_and_reap()
-                self._note_start_failure(child, f"{exc}; stderr: {child.stderr_tail()[-2000:]}")
-                child.close()
-                continue
-            child.start_reading()
-            with self._cond:
-                self._starting.remove(child)
-                self._starting_count -= 1
-                if not self._closed:
-                    child.idle_since_monotonic = time.monotonic()
-                    self._serving.append(child)
-                    self._cond.notify_all()
-                    continue
-            self.bury(child)
+            threading.Thread(
+                target=self._await_ready, args=(child,), name="engine-child-start", daemon=True
+            ).start()
         return failed
+
+    def _await_ready(self, child: ChildProcess) -> None:
+        deadline = time.monotonic() + self._child_start_timeout_seconds
+        try:
+            child.wait_ready(deadline)
+        except ChildStartError as exc:
+            child.kill_and_reap()
+            self._note_start_failure(child, f"{exc}; stderr: {child.stderr_tail()[-2000:]}")
+            child.close()
+            with self._cond:
+                self._start_failures += 1
+                self._cond.notify_all()
+            return
+        child.start_reading()
+        with self._cond:
+            self._starting.remove(child)
+            self._starting_count -= 1
+            self._start_failures = 0
+            if not self._closed:
+                child.idle_since_monotonic = time.monotonic()
+                self._serving.insert(0, child)  # never used: the least recently used
+                self._cond.notify_all()
+                return
+        self.bury(child)
 
     def _note_start_failure(self, child: ChildProcess | None, message: str) -> None:
         with self._cond:
@@ -303,19 +329,18 @@ class Children:
         ended and every child is reaped."""
         with self._cond:
             self._closed = True
-            children = list(self._serving) + list(self._starting)
-            for child in children:
+            serving = list(self._serving)
+            starting = list(self._starting)
+            for child in serving + starting:
                 child.retiring = True
             self._serving.clear()
             self._cond.notify_all()
-        for child in children:
-            child.kill()
+        for child in serving + starting:
+            child.kill()  # a starting one's thread sees end of file and tidies it up itself
         self._spawner.join(max(0.0, deadline_monotonic - time.monotonic()))
-        for child in children:
-            if (
-                not child.hosted
-                and child.reap(max(0.0, deadline_monotonic - time.monotonic())) is not None
-            ):
+        for child in serving:
+            left = max(0.0, deadline_monotonic - time.monotonic())
+            if not child.hosted and child.reap(left) is not None:
                 self.bury(child)
         with self._cond:
             while self._live_pids and time.monotonic() < deadline_monotonic:

@@ -25,13 +25,14 @@ Stopping one execution (cancel), and the proof behind ``cancelled`` (SPEC §12):
   within ``stop_grace_seconds``, or with ``disposed: false``, the child is killed and reaped
   (its other executions end as ``failed``, "engine child died", saying why).
 
-A timeout or out of memory the child handled itself ends the same way: alone in its child the
+Every ``done`` comes after the child disposed of the execution's isolate (terminating anything
+the script left running, a timer included), joined its request threads and closed its
+connections, within ``child_recycle_timeout_seconds`` — ``disposed: true`` says it did. A
+timeout or out of memory the child handled itself ends like a stop: alone in its child, the
 execution's child is killed and reaped before the report (as single-use children always were);
-sharing it, the child's confirmed disposal is the proof, and a missing one reaps the child. A
-script that ended by itself (completed, or an exception the harness caught) is reported at
-once; its slot comes back when the child says ``released`` (isolate disposed), within
-``child_recycle_timeout_seconds``, else the child is killed. Only that long-lived release keeps
-a child in service: nothing of one script can run beside the next one in its slot.
+sharing it, the confirmed disposal is the proof. A script that ended by itself (completed, or
+an exception the harness caught) keeps its child in service when the disposal was confirmed;
+whatever was not confirmed reaps the child before the report.
 
 Judging the end, in order: a ``done`` frame from the child is the truth (a completion that won a
 race with cancel keeps its result); otherwise a requested cancel is ``cancelled`` (the child is
@@ -70,7 +71,7 @@ from appliance.engine.model import (
 from appliance.engine.pool import Execution, PoolEngine, check_positive, check_range
 from appliance.engine.process import ChildEnded, ChildProcess, ChildStartError, describe_exit
 from appliance.engine.protocol import truncate_utf8
-from appliance.engine.sandbox import DISPOSE_SECONDS, OUTPUT_GRACE_SECONDS
+from appliance.engine.sandbox import OUTPUT_GRACE_SECONDS
 from appliance.engine.text import JSON_DEPTH_MAX, TooDeep, well_formed_json
 
 log = logging.getLogger(__name__)
@@ -83,8 +84,6 @@ CHILD_RECYCLE_TIMEOUT_SECONDS_DEFAULT = 5.0
 CHILD_IDLE_SECONDS_DEFAULT = 60.0
 EXECUTIONS_PER_CHILD_DEFAULT = 1
 EXECUTIONS_PER_CHILD_MAX = 64
-# What a child may take to stop one execution it was asked to stop and prove it (sandbox.py).
-STOP_GRACE_SECONDS_DEFAULT = OUTPUT_GRACE_SECONDS + DISPOSE_SECONDS + 0.5
 EGRESS_REPORT_BYTES_MAX = 32 * 1024  # appliance/egress/record.py bounds the report to this
 _DONE_STATUSES = {
     "completed": ExecutionStatus.COMPLETED,
@@ -129,7 +128,7 @@ class Engine(PoolEngine):
         executions_per_child: int = EXECUTIONS_PER_CHILD_DEFAULT,
         result_limit_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
         kill_grace_seconds: float = 0.5,
-        stop_grace_seconds: float = STOP_GRACE_SECONDS_DEFAULT,
+        stop_grace_seconds: float | None = None,
         child_start_timeout_seconds: float = 30.0,
         reports_max: int = 1024,
         on_child_spawned: Callable[[int], None] | None = None,
@@ -150,6 +149,10 @@ class Engine(PoolEngine):
         check_range("child_rss_growth_bytes_max", child_rss_growth_bytes_max, 0, 2**40)
         check_positive("child_recycle_timeout_seconds", child_recycle_timeout_seconds)
         check_positive("child_idle_seconds", child_idle_seconds)
+        # What a child may take to stop one execution and prove it: its disposal bound, plus
+        # the grace the parent gives any child before it kills.
+        if stop_grace_seconds is None:
+            stop_grace_seconds = child_recycle_timeout_seconds + kill_grace_seconds
         check_positive("stop_grace_seconds", stop_grace_seconds)
         self.executions_per_child = executions_per_child
         self.child_executions_max = child_executions_max
@@ -170,7 +173,6 @@ class Engine(PoolEngine):
             )
             + 64 * 1024
         )
-        self._returning: dict[str, ChildProcess] = {}  # execution id -> its child, kept
         self._children = Children(
             self._cond,
             executions_per_child=executions_per_child,
@@ -182,6 +184,7 @@ class Engine(PoolEngine):
             reply_frame_bytes_max=reply_frame_bytes_max,
             egress_document=self._egress_document,
             on_child_spawned=on_child_spawned,
+            reserved_locked=lambda: min(self._reserved, self.max_concurrent),
         )
         self._children.start()
 
@@ -210,9 +213,9 @@ class Engine(PoolEngine):
             if not isinstance(placement, _Placement):
                 return  # not placed yet: placement sees cancel_reason and gives up
             child = placement.child
-            if execution_id not in child.hosted or execution_id in child.releasing:
+            if execution_id not in child.hosted:
                 return  # its script already ended: its report is on the way
-            others = child.hosted - child.releasing - {execution_id}
+            others = child.hosted - {execution_id}
             kill = self._closed or not others or child.slots == 1
             if not kill:
                 placement.stop_sent_monotonic = time.monotonic()
@@ -224,12 +227,7 @@ class Engine(PoolEngine):
         child.mailbox(execution_id).wake()
 
     def _shutdown_backend(self, deadline_monotonic: float) -> bool:
-        children_gone = self._children.shutdown(deadline_monotonic)
-        with self._cond:
-            while self._returning and time.monotonic() < deadline_monotonic:
-                self._cond.wait(max(0.0, deadline_monotonic - time.monotonic()))
-            returned = not self._returning
-        return children_gone and returned
+        return self._children.shutdown(deadline_monotonic)
 
     def _execute(self, execution: Execution) -> ExecutionReport:
         deadline = time.monotonic() + self._child_start_timeout_seconds
@@ -251,11 +249,10 @@ class Engine(PoolEngine):
         finally:
             with self._cond:
                 execution.backend = None
-            if not kept:
-                if child.alive():  # only after an unexpected error: never leave a child behind
-                    self._children.retire(child, "the engine met an unexpected error")
-                    child.reap(None)
-                self._children.leave(child, execution_id)
+            if not kept and child.alive():  # only after an unexpected error: leave no child
+                self._children.retire(child, "the engine met an unexpected error")
+                child.reap(None)
+            self._children.leave(child, execution_id)  # before the report: the slot is free
 
     # ----- one execution --------------------------------------------------------------------
 
@@ -268,7 +265,7 @@ class Engine(PoolEngine):
             time.monotonic()
             + request.timeout_seconds
             + OUTPUT_GRACE_SECONDS
-            + DISPOSE_SECONDS
+            + self._child_recycle_timeout_seconds
             + self._kill_grace_seconds
         )
         try:
@@ -282,6 +279,7 @@ class Engine(PoolEngine):
                     "timeout_seconds": request.timeout_seconds,
                     "output_limit_bytes": self.output_limit_bytes,
                     "result_limit_bytes": self.result_limit_bytes,
+                    "dispose_seconds": self._child_recycle_timeout_seconds,
                 }
             )
             while outcome.reply is None:
@@ -335,7 +333,7 @@ class Engine(PoolEngine):
     def _note_hosted_at_end(self, child: ChildProcess) -> None:
         with self._cond:
             if child.hosted_at_end is None:
-                child.hosted_at_end = frozenset(child.hosted - child.releasing)
+                child.hosted_at_end = frozenset(child.hosted)
 
     def _handle_frame(
         self, execution: Execution, outcome: _Outcome, message: dict[str, Any]
@@ -353,8 +351,8 @@ class Engine(PoolEngine):
             raise protocol.ProtocolError(f"unexpected frame {kind!r}")
 
     def _keep_or_reap(self, execution: Execution, child: ChildProcess, outcome: _Outcome) -> bool:
-        """After ``done``: keep the child (its ``released`` frame follows), or kill and reap it
-        now, before the report — see the module doc for when."""
+        """After ``done``: keep the child in service, or kill and reap it now, before the
+        report — see the module doc for when."""
         reply = outcome.reply
         if reply is None:
             return False  # already reaped in _converse
@@ -363,55 +361,21 @@ class Engine(PoolEngine):
         clean = reply.get("status") in ("completed", "failed") and reply.get("reason") in (
             _CLEAN_REASONS
         )
+        child.note_rss(reply.get("rss_bytes"))
         with self._cond:
-            others = child.hosted - child.releasing - {execution_id}
+            others = child.hosted - {execution_id}
             kill = (
                 self._closed
-                or (not disposed and not clean)  # a stop the child could not prove
+                or not disposed  # nothing unproved stays in service
                 or (not clean and not others)  # alone: the reaped child is the proof
                 or (child.retiring and not others)  # its last execution: retire it now
             )
-            if not kill:
-                child.releasing.add(execution_id)
-                self._returning[execution_id] = child
-                return True
-        note = None if disposed or clean else f"the end of {execution_id} was not confirmed"
+        if not kill:
+            return True
+        note = None if disposed else f"the end of {execution_id} could not be confirmed"
         self._children.retire(child, note)
         outcome.exit_code = child.reap(None)
         return False
-
-    def _after_report(self, execution: Execution) -> None:
-        """Wait for the kept child's ``released`` frame (the isolate is gone), then free the
-        slot; a child that is late, or could not dispose of it, is killed and reaped."""
-        execution_id = execution.request.execution_id
-        with self._cond:
-            child = self._returning.get(execution_id)
-        if child is None:
-            return
-        why = None
-        box = child.mailbox(execution_id)
-        deadline = time.monotonic() + self._child_recycle_timeout_seconds
-        try:
-            while True:
-                message = box.get(deadline)
-                if message is None or message.get("type") != protocol.MSG_RELEASED:
-                    continue  # a late wake or frame of the finished script: nothing to do
-                if message.get("disposed") is not True:
-                    why = "it could not dispose of an isolate"
-                child.note_rss(message.get("rss_bytes"))
-                break
-        except protocol.FrameTimeout:
-            why = f"not released within {self._child_recycle_timeout_seconds} s"
-        except ChildEnded:
-            pass  # died meanwhile: its other executions judge that themselves
-        if why is not None:
-            log.info("retiring engine child %s: %s", child.pid, why)
-            self._children.retire(child, f"{why} (after {execution_id})")
-            child.reap(None)
-        with self._cond:
-            self._returning.pop(execution_id, None)
-            self._cond.notify_all()
-        self._children.leave(child, execution_id)
 
     # ----- judging --------------------------------------------------------------------------
 

@@ -132,11 +132,6 @@ class PoolEngine(abc.ABC):
         """Backend counters added to stats() (EngineStats fields)."""
         return {}
 
-    def _after_report(self, execution: Execution) -> None:
-        """Supervisor thread, after the terminal report was delivered: tidy up off the report's
-        critical path (the real engine recycles the child here)."""
-        return None
-
     def child_pids(self) -> frozenset[int]:
         """Pids of every child process this engine started and has not reaped."""
         return frozenset()
@@ -155,6 +150,7 @@ class PoolEngine(abc.ABC):
                 )
             self._reserved += 1
             self._next_token += 1
+            self._cond.notify_all()  # the real engine warms children for what is coming
             return Reservation(self, self._next_token)
 
     def capacity(self) -> tuple[int, int, int]:
@@ -213,10 +209,6 @@ class PoolEngine(abc.ABC):
         with self._cond:
             self._finish_locked(execution, report, was_running=True)
         self._deliver(execution, report)
-        try:
-            self._after_report(execution)
-        except Exception:
-            log.exception("engine clean-up after a report failed")
 
     # ----- observation ----------------------------------------------------------------------
 

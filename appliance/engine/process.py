@@ -99,7 +99,6 @@ class ChildProcess:
         self._reader: protocol.FrameReader | None = None
         self.pid = popen.pid
         self.slots = 1
-        self.executions_done = 0  # released frames read from this child
         self.idle_since_monotonic = 0.0
         self._rss_bytes_first: int | None = None
         self._rss_bytes_last = 0
@@ -109,8 +108,7 @@ class ChildProcess:
         self._ended: str | None = None  # why the pipe ended, once it has
         self._reading: threading.Thread | None = None
         # The engine's bookkeeping (under the engine's lock):
-        self.hosted: set[str] = set()  # placed and not yet released
-        self.releasing: set[str] = set()  # done, their isolate on its way out
+        self.hosted: set[str] = set()  # placed, not yet done
         self.placed_total = 0
         self.retiring = False  # takes no new execution; killed once empty (or at once)
         self.end_note: str | None = None  # why the engine killed it (for the other executions)
@@ -151,7 +149,7 @@ class ChildProcess:
     def wait_ready(self, deadline_monotonic: float) -> None:
         try:
             message = self.read(deadline_monotonic)
-        except (protocol.PeerClosed, protocol.FrameTimeout, protocol.ProtocolError) as exc:
+        except (protocol.PeerClosed, protocol.FrameTimeout, protocol.ProtocolError, OSError) as exc:
             raise ChildStartError(f"child {self.pid} not ready: {exc}") from exc
         if message.get("type") != protocol.MSG_READY or message.get("pid") != self.pid:
             raise ChildStartError(f"child {self.pid} sent {message!r} instead of ready")
@@ -170,7 +168,7 @@ class ChildProcess:
                 self._rss_bytes_first = rss
 
     def rss_growth_bytes(self) -> int:
-        """How much the child's RSS grew from its ready frame to its latest released one."""
+        """How much the child's RSS grew from its ready frame to its latest done one."""
         return self._rss_bytes_last - (self._rss_bytes_first or self._rss_bytes_last)
 
     def read(self, deadline_monotonic: float | None) -> dict[str, Any]:

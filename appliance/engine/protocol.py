@@ -16,15 +16,12 @@ execution names it (``execution_id``), and frames of different executions interl
                       console text as the script writes it (bounded by output_limit_bytes)
     parent -> child   {"type": "stop", "execution_id": ...}                    a cancel
     child  -> parent  {"type": "done", "execution_id": ..., "status": ..., "disposed": bool,
-                       "egress": {...}, ...}
-    child  -> parent  {"type": "released", "execution_id": ..., "disposed": bool,
-                       "executions": n, "rss_bytes": ...}
+                       "rss_bytes": ..., "egress": {...}, ...}
 
-``done`` after a stop, a timeout or out of memory comes only once the execution's isolate is
-terminated and disposed, its request threads joined and its connections closed — ``disposed``
-says whether each was confirmed. After a script that ended by itself ``done`` comes first and
-``released`` follows the disposal; the parent counts the slot free only on ``released``. The
-``configure`` frame carries the egress handoff with credential values: it is never logged. End
+``done`` comes only once the execution's isolate is terminated and disposed, its request
+threads joined and its connections closed, and its slot is free in the child — ``disposed``
+says whether each was confirmed (within the run's ``dispose_seconds``). The ``configure``
+frame carries the egress handoff with credential values: it is never logged. End
 of file on either side ends the conversation: a child whose stdin closes exits; a parent that
 reads end of file decides from the exit status what happened to each execution still open.
 """
@@ -56,7 +53,6 @@ MSG_RUNNING = "running"
 MSG_OUTPUT = "output"
 MSG_STOP = "stop"
 MSG_DONE = "done"
-MSG_RELEASED = "released"
 
 
 class ProtocolError(Exception):

@@ -14,18 +14,19 @@ back with a ``deliver`` call and exits.
 
 How it ends, and what is proved before the parent hears of it:
 
-- **outcome** (completed, or an exception the harness caught): the egress attempt is closed
-  (anything still in flight is aborted and its sockets closed), ``done`` goes out at once, then
-  the isolate is disposed and the request threads joined, and ``released`` says whether all of
-  that was confirmed.
+- **outcome** (completed, or an exception the harness caught): nothing more is asked of the
+  script.
 - **timeout, out of memory, stop (cancel)**: the outstanding call is cancelled (V8 terminates
   a script spinning in it); for a timeout or out of memory one ``take`` is tried within
   ``OUTPUT_GRACE_SECONDS`` to keep the last console text (a script spinning outside any call —
-  in a timer or a promise reaction — does not answer, and that text is lost); then the egress
-  attempt is closed, the isolate disposed (terminating anything still running) and every
-  request thread joined, and only then does ``done`` go out, saying ``disposed: true`` when
-  each of those steps was confirmed within ``DISPOSE_SECONDS``. The parent reports
-  ``cancelled`` on that proof, or kills and reaps the child when it is missing (SPEC §12).
+  in a timer or a promise reaction — does not answer, and that text is lost).
+
+Then, every time: the egress attempt is closed (a request still in flight is aborted and its
+sockets closed), the isolate disposed (terminating anything still running, a leftover timer
+included) and every request thread joined; the slot is given back to the child; and only then
+does ``done`` go out, saying ``disposed: true`` when each of those steps was confirmed within
+the run's ``dispose_seconds``. So ``done`` always means: nothing of this execution runs any
+more, or the parent must kill and reap the child (SPEC §12).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from appliance.engine.model import (
     REASON_OUT_OF_MEMORY,
     REASON_TIMEOUT,
 )
+from appliance.engine.procstat import rss_bytes
 from appliance.engine.protocol import truncate_utf8
 from appliance.engine.text import well_formed
 from appliance.engine.v8 import Isolate
@@ -74,6 +76,10 @@ class Sandbox:
     ) -> None:
         self.execution_id = str(request["execution_id"])
         self.heap_bytes = int(request["heap_mb"]) * MIB
+        dispose = request.get("dispose_seconds")
+        self._dispose_seconds = (
+            float(dispose) if isinstance(dispose, int | float) and dispose > 0 else DISPOSE_SECONDS
+        )
         self._request = request
         self._isolate = isolate
         self._gate = gate
@@ -83,6 +89,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._stop_requested = False
         self._attempt: Any = None
+        self._deadline = 0.0
         self._exchanges: dict[int, Any] = {}
         self._script_aborted: set[int] = set()
         self._request_threads: list[threading.Thread] = []
@@ -105,19 +112,19 @@ class Sandbox:
     # ----- the driver --------------------------------------------------------------------
 
     def _drive(self) -> None:
-        disposed = False
         try:
-            disposed = self._run_to_the_end()
+            reply, disposed = self._run_to_the_end()
         except Exception as exc:  # a bug here must not leave the parent waiting
             error, _ = truncate_utf8(f"engine child error: {exc!r}", ERROR_LIMIT_BYTES)
+            self._close_egress()
             disposed = self._dispose()
-            self._send_done(
-                {"status": "failed", "reason": REASON_EXCEPTION, "error": error}, disposed
-            )
-        finally:
-            self._on_finished(self, disposed)
+            reply = {"status": "failed", "reason": REASON_EXCEPTION, "error": error}
+        # The child frees the slot before the parent hears of it: a run the parent sends for
+        # this slot right after ``done`` finds it free.
+        self._on_finished(self, disposed)
+        self._send_done(reply, disposed)
 
-    def _run_to_the_end(self) -> bool:
+    def _run_to_the_end(self) -> tuple[dict[str, Any], bool]:
         request = self._request
         timeout_seconds = float(request["timeout_seconds"])
         isolate = self._isolate
@@ -129,13 +136,7 @@ class Sandbox:
             self._ring,
         )
         self._send({"type": protocol.MSG_RUNNING, "execution_id": self.execution_id})
-        deadline = time.monotonic() + timeout_seconds
-        if self._gate is not None:
-            from appliance.egress.model import Invocation
-
-            self._attempt = self._gate.open_attempt(
-                Invocation.from_scheduled(request["scheduled"]), deadline
-            )
+        deadline = self._deadline = time.monotonic() + timeout_seconds
         pending: Future[Any] | None = self._call("run", str(request["code"]))
         result_limit_bytes = int(request["result_limit_bytes"])
         while True:
@@ -214,8 +215,10 @@ class Sandbox:
         fetch_id = entry.get("id") if isinstance(entry, dict) else None
         if not isinstance(fetch_id, int) or isinstance(fetch_id, bool):
             return  # not a record the harness made: nothing to answer
-        if self._attempt is None:
-            self._deliver(fetch_id, error=("TypeError", "fetch is not available"))
+        try:
+            attempt = self._egress_attempt()
+        except RuntimeError as exc:
+            self._deliver(fetch_id, error=("TypeError", f"fetch failed: {exc}"))
             return
         from appliance.egress.model import FetchRequest
 
@@ -232,7 +235,7 @@ class Sandbox:
         except (KeyError, TypeError, ValueError) as exc:
             self._deliver(fetch_id, error=("TypeError", f"malformed fetch request: {exc}"))
             return
-        exchange = self._attempt.prepare(fetch_request)  # in call order: it fixes n
+        exchange = attempt.prepare(fetch_request)  # in call order: it fixes n
         thread = threading.Thread(
             target=self._run_fetch,
             args=(fetch_id, exchange),
@@ -246,6 +249,22 @@ class Sandbox:
             self._exchanges[fetch_id] = exchange
             self._request_threads.append(thread)
         thread.start()
+
+    def _egress_attempt(self) -> Any:
+        """The execution's egress attempt, opened at its first fetch (the gate may still be
+        being built when the script starts)."""
+        if self._attempt is None:
+            if self._gate is None:
+                raise RuntimeError("fetch is not available")
+            from appliance.egress.model import Invocation
+
+            gate = self._gate.get(self._deadline - time.monotonic())
+            attempt = gate.open_attempt(
+                Invocation.from_scheduled(self._request["scheduled"]), self._deadline
+            )
+            with self._lock:
+                self._attempt = attempt
+        return self._attempt
 
     def _abort_fetch(self, fetch_id: Any) -> None:
         with self._lock:
@@ -304,18 +323,17 @@ class Sandbox:
 
     # ----- the ends -------------------------------------------------------------------------
 
-    def _end_with(self, reply: dict[str, Any]) -> bool:
-        """The script ended by itself: report at once, then dispose of everything."""
-        self._close_egress()
-        self._send_done(reply, disposed=False)
-        return self._dispose()
+    def _end_with(self, reply: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The script ended by itself: close its egress (a request it left in flight is
+        aborted), dispose of everything it started."""
+        egress_closed = self._close_egress()
+        return reply, self._dispose() and egress_closed
 
-    def _end_timed_out(self, pending: Future[Any] | None) -> bool:
+    def _end_timed_out(self, pending: Future[Any] | None) -> tuple[dict[str, Any], bool]:
         self._halt(pending, keep_output=True)
-        reply = {"status": "timed_out", "reason": REASON_TIMEOUT}
-        return self._end_after_halt(reply)
+        return self._end_after_halt({"status": "timed_out", "reason": REASON_TIMEOUT})
 
-    def _end_out_of_memory(self, pending: Future[Any] | None) -> bool:
+    def _end_out_of_memory(self, pending: Future[Any] | None) -> tuple[dict[str, Any], bool]:
         # Lift the limit so the console buffer can still be read; the OS backstop stays.
         self._isolate.set_heap_limit_bytes(0)
         self._halt(pending, keep_output=True)
@@ -326,7 +344,7 @@ class Sandbox:
         }
         return self._end_after_halt(reply)
 
-    def _end_stopped(self, pending: Future[Any] | None) -> bool:
+    def _end_stopped(self, pending: Future[Any] | None) -> tuple[dict[str, Any], bool]:
         self._halt(pending, keep_output=False)
         return self._end_after_halt({"status": "cancelled", "reason": REASON_CANCELLED})
 
@@ -356,7 +374,7 @@ class Sandbox:
                 }
             )
 
-    def _end_after_halt(self, reply: dict[str, Any]) -> bool:
+    def _end_after_halt(self, reply: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         egress_closed = self._close_egress()
         disposed = self._dispose() and egress_closed
         if self._output_lost:
@@ -364,23 +382,22 @@ class Sandbox:
                 "the script did not yield at its end (it spun in a timer or promise reaction); "
                 "its isolate was terminated and console output after the last line read was lost"
             )
-        self._send_done(reply, disposed)
-        return disposed
+        return reply, disposed
 
     def _close_egress(self) -> bool:
         with self._lock:
             self._ending = True
         if self._attempt is None:
             return True
-        return bool(self._attempt.close(DISPOSE_SECONDS))
+        return bool(self._attempt.close(self._dispose_seconds))
 
     def _dispose(self) -> bool:
         """Terminate and free the isolate, join every request thread: True when proved."""
         with self._lock:
             self._ending = True
             threads = list(self._request_threads)
-        deadline = time.monotonic() + DISPOSE_SECONDS
-        disposed = self._isolate.dispose(DISPOSE_SECONDS)
+        deadline = time.monotonic() + self._dispose_seconds
+        disposed = self._isolate.dispose(self._dispose_seconds)
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         return disposed and not any(thread.is_alive() for thread in threads)
@@ -391,6 +408,7 @@ class Sandbox:
             "execution_id": self.execution_id,
             "output_truncated": self._truncated,
             "disposed": disposed,
+            "rss_bytes": rss_bytes(),
             **reply,
         }
         if self._attempt is not None:
