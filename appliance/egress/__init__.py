@@ -17,7 +17,7 @@ the script is one ``Exchange``::
 
     # one execution
     attempt = gate.open_attempt(
-        Invocation.from_scheduled(run_request["scheduled"]),
+        EgressInvocation.from_scheduled(run_request["scheduled"]),
         deadline_monotonic=time.monotonic() + timeout_seconds,  # no request outlives it
         on_record=send_record,  # optional: each request's record as soon as it is final
     )
@@ -81,18 +81,18 @@ from __future__ import annotations
 
 from appliance.egress.model import (
     EgressDenied,
+    EgressInvocation,
     FetchAborted,
     FetchFailed,
     FetchRequest,
     FetchResponse,
-    Invocation,
 )
 
 __all__ = [
     "EgressDenied",
+    "EgressInvocation",
     "FetchAborted",
     "FetchFailed",
     "FetchRequest",
     "FetchResponse",
-    "Invocation",
 ]

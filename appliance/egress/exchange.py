@@ -30,6 +30,7 @@ import string
 import threading
 import time
 from concurrent.futures import Future
+from http.client import HTTPException
 from typing import TYPE_CHECKING, Any, Final
 
 import urllib3
@@ -110,6 +111,7 @@ class Exchange:
         self._watches: list[SocketWatch] = []
         self._started = False
         self._finished = threading.Event()
+        self._timeout_message = "no response in time"
 
     # -- control, from any thread --
 
@@ -153,13 +155,16 @@ class Exchange:
             0.0, min(gate.settings.request_timeout_ms / 1000, self._attempt.deadline - now)
         )
         deadline = now + budget_s
-        budget_ms = round(budget_s * 1000)
+        self._timeout_message = f"no response within {round(budget_s * 1000)} ms"
         token = gate.deadlines.add(
-            deadline,
-            lambda: self.abort(KIND_TIMEOUT, f"no response within {budget_ms} ms"),
+            deadline, lambda: self.abort(KIND_TIMEOUT, self._timeout_message)
         )
         try:
             return self._fetch(deadline)
+        except FetchFailed:
+            raise
+        except Exception as exc:  # the contract: run() fails only with FetchFailed
+            raise FetchFailed(KIND_NETWORK, f"the request failed ({type(exc).__name__})") from None
         finally:
             gate.deadlines.cancel(token)
             for watch in self._watches:
@@ -182,7 +187,9 @@ class Exchange:
                 url=url_for_record(str(request.url)),
                 decision=DECISION_REFUSED,
                 reason=exc.message,
-                request_bytes=len(request.body or b""),
+                request_bytes=len(request.body)
+                if isinstance(request.body, bytes | bytearray)
+                else 0,
                 started=started,
             )
             raise
@@ -214,15 +221,26 @@ class Exchange:
     def _next_hop(self, hop: _Hop, response: FetchResponse, location: str) -> _Hop:
         settings = self._attempt.gate.settings
         number = hop.number + 1
-        if number > settings.max_redirects:
-            raise FetchFailed(
-                KIND_REFUSED,
-                f"more than {settings.max_redirects} redirects (egress.max_redirects)",
+        try:
+            if number > settings.max_redirects:
+                raise FetchFailed(
+                    KIND_REFUSED,
+                    f"more than {settings.max_redirects} redirects (egress.max_redirects)",
+                )
+            target = resolve_location(hop.target, location)
+        except FetchFailed as exc:  # the hop that was not taken is on the record too
+            self._record(
+                hop=number,
+                method=hop.method,
+                url=url_for_record(location),
+                decision=DECISION_REFUSED,
+                reason=exc.message,
+                started=time.monotonic(),
             )
+            raise
         if not self._attempt.take_slot():
             self._attempt.count_over_limit()
             raise FetchFailed(KIND_REFUSED, self._attempt.over_limit_message())
-        target = resolve_location(hop.target, location)
         method, body = hop.method, hop.body
         if (response.status == 303 and method != "HEAD") or (
             response.status in (301, 302) and method == "POST"
@@ -367,7 +385,7 @@ class Exchange:
             response = connection.getresponse()
             status = response.status
             location = self._redirect_location(response, hop)
-            body = self._read_body(response)
+            body = self._read_body(response, hop.method)
             received = len(body)
             headers = tuple((name.lower(), value) for name, value in response.headers.items())
             _refuse_echo(attached, body, headers)
@@ -381,7 +399,7 @@ class Exchange:
                 **fields,
             )
             raise
-        except (OSError, HTTPError, Aborted, ValueError) as exc:
+        except (OSError, HTTPError, HTTPException, Aborted, ValueError) as exc:
             failure = self._network_failure(exc, pin)
             self._record(
                 decision=DECISION_ALLOW,
@@ -430,10 +448,17 @@ class Exchange:
             )
         return location if mode == REDIRECT_FOLLOW else None
 
-    def _read_body(self, response: Any) -> bytes:
+    def _read_body(self, response: Any, method: str) -> bytes:
         limit = self._attempt.gate.settings.max_response_bytes
         declared = response.headers.get("content-length")
-        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+        # A HEAD's (or a 304's) Content-Length describes a body that is not sent.
+        bodiless = method == "HEAD" or response.status in (204, 304)
+        if (
+            not bodiless
+            and declared is not None
+            and declared.strip().isdigit()
+            and int(declared) > limit
+        ):
             raise FetchFailed(
                 KIND_TOO_LARGE,
                 f"the response is {int(declared)} bytes (Content-Length), more than "
@@ -465,10 +490,10 @@ class Exchange:
                 return FetchFailed(KIND_NETWORK, f"TLS failed: {cause.reason or 'handshake'}")
             if isinstance(cause, ConnectionRefusedError):
                 return FetchFailed(KIND_NETWORK, f"connection refused by {where}")
-            if isinstance(cause, TimeoutError):
-                return FetchFailed(KIND_TIMEOUT, f"timed out talking to {where}")
+            if isinstance(cause, TimeoutError):  # the socket's own bound, at the same deadline
+                return FetchFailed(KIND_TIMEOUT, f"{self._timeout_message} from {where}")
             cause = cause.__cause__ or cause.__context__
-        if isinstance(exc, HTTPError):
+        if isinstance(exc, HTTPError | HTTPException):
             return FetchFailed(
                 KIND_NETWORK, f"the response from {where} is not valid HTTP ({type(exc).__name__})"
             )

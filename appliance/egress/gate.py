@@ -29,7 +29,7 @@ from appliance.egress.credentials import EgressCredential
 from appliance.egress.deadlines import Deadlines
 from appliance.egress.exchange import Exchange
 from appliance.egress.handoff import EgressHandoff
-from appliance.egress.model import KIND_ABORTED, FetchRequest, Invocation
+from appliance.egress.model import KIND_ABORTED, EgressInvocation, FetchRequest
 from appliance.egress.policy import OpaPolicy, Policy, PolicyRunner, RegoPolicy
 from appliance.egress.record import REPORT_BYTES_MAX, record_bytes, report_document
 
@@ -86,7 +86,7 @@ class EgressGate:
 
     def open_attempt(
         self,
-        invocation: Invocation,
+        invocation: EgressInvocation,
         deadline_monotonic: float,
         on_record: RecordSink | None = None,
     ) -> AttemptEgress:
@@ -104,7 +104,7 @@ class AttemptEgress:
     def __init__(
         self,
         gate: EgressGate,
-        invocation: Invocation,
+        invocation: EgressInvocation,
         deadline_monotonic: float,
         on_record: RecordSink | None,
     ) -> None:

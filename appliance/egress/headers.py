@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from appliance.config.egress import HEADER_NAME_PATTERN
-from appliance.egress.model import Invocation
+from appliance.egress.model import EgressInvocation
 from appliance.egress.target import refused
 
 HEADERS_MAX: Final = 64
@@ -81,7 +81,7 @@ def script_headers(pairs: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], .
 
 
 def outgoing_headers(
-    script: tuple[tuple[str, str], ...], invocation: Invocation, ordinal: int
+    script: tuple[tuple[str, str], ...], invocation: EgressInvocation, ordinal: int
 ) -> tuple[tuple[str, str], ...]:
     """What is sent (before credentials): the script's headers, the defaults it did not set,
     and the three idempotency and fencing headers."""

@@ -34,7 +34,7 @@ KIND_CREDENTIAL_ECHO: Final = "credential_echo"
 
 
 @dataclass(frozen=True)
-class Invocation:
+class EgressInvocation:
     """Who is asking: the attempt the request belongs to (SPEC §7's ``scheduled`` object)."""
 
     namespace: str
@@ -45,7 +45,7 @@ class Invocation:
     ownership_epoch: int
 
     @classmethod
-    def from_scheduled(cls, scheduled: Mapping[str, Any]) -> Invocation:
+    def from_scheduled(cls, scheduled: Mapping[str, Any]) -> EgressInvocation:
         """From the ``scheduled`` document of the engine's run request (ScheduledInfo.to_json)."""
         return cls(
             namespace=str(scheduled["namespace"]),
@@ -75,6 +75,12 @@ class Invocation:
             "attempt": self.attempt,
             "ownership_epoch": self.ownership_epoch,
         }
+
+
+# The name the engine branch imported first; one home for the protocol's own ``Invocation`` is
+# appliance/protocol/v1.py (tests/worker/test_protocol_module.py), so this type is named for
+# egress. Drop the alias once nothing imports it.
+Invocation = EgressInvocation
 
 
 @dataclass(frozen=True)

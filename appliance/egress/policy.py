@@ -18,11 +18,12 @@ A Rego module is loaded at worker start-up (``RegoPolicy.load``): it must parse,
 start; the error names the file, line and column (rego-cpp reports byte offsets, turned into
 lines here). It is compiled again in each engine child from the same text.
 
-Evaluation runs on a small pool of threads (``EVALUATORS_MAX``), each with its own interpreter
-and compiled bundle (a regopy interpreter is not safe to share between threads, and building
-one costs a few milliseconds, so they are kept); a decision runs the bundle's plan rather than
-compiling the query again. The caller waits for the answer on its exchange's wake event, so
-an abort does not wait for a slow policy; a Rego evaluation cannot be interrupted, so one that
+Evaluation runs on a small pool of threads (``EVALUATORS_MAX``). Each decision borrows a
+compiled interpreter and bundle no other thread is using (a regopy interpreter is not safe to
+share between threads; building one costs a few milliseconds, so they are kept, and the most
+recently used is lent first, its memory still warm); a decision runs the bundle's plan rather
+than compiling the query again. The caller waits for the answer abortably (exchange.py), so an
+abort does not wait for a slow policy; a Rego evaluation cannot be interrupted, so one that
 never ends keeps its pool thread — the pool is bounded, and decisions that find it busy time
 out and deny. An external OPA is asked through its data API with urllib3 (no proxies, no
 retries, no redirects; at most ``OPA_RESPONSE_BYTES_MAX`` read).
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from appliance.config.urls import Origin
+from appliance.engine.text import well_formed
 
 POLICY_PACKAGE: Final = "appliance.egress"
 POLICY_QUERY: Final = "data.appliance.egress"
@@ -134,7 +136,10 @@ class RegoPolicy:
     def __init__(self, source: str, file: str) -> None:
         self.source = source
         self.file = file
-        self._local = threading.local()
+        # Compiled interpreters not in use, the most recently returned last: the next decision
+        # takes the warmest one (its memory still in the CPU's caches), whichever thread asks.
+        self._idle: list[tuple[Any, Any]] = []
+        self._idle_lock = threading.Lock()
 
     @classmethod
     def load(
@@ -191,10 +196,11 @@ class RegoPolicy:
         return interpret(document)
 
     def _interpreter(self) -> tuple[Any, Any]:
-        compiled = getattr(self._local, "compiled", None)
-        if compiled is None:
-            compiled = self._local.compiled = _compile(self.source, self.file)
-        return compiled
+        """An interpreter no other thread is using (a regopy interpreter is not thread-safe)."""
+        with self._idle_lock:
+            if self._idle:
+                return self._idle.pop()
+        return _compile(self.source, self.file)
 
     def _query(self, input_document: dict[str, Any]) -> tuple[bool, str]:
         from regopy.rego_shared import (
@@ -204,13 +210,23 @@ class RegoPolicy:
             rego_output_string,
         )
 
-        interpreter, bundle = self._interpreter()
-        interpreter.set_input_term(json.dumps(input_document))
+        compiled = self._interpreter()
+        interpreter, bundle = compiled
+        interpreter.set_input_term(input_term(input_document))
         output = rego_bundle_query(interpreter._impl, bundle._impl)
         try:
             return bool(rego_output_ok(output)), str(rego_output_string(output))
         finally:
             rego_free_output(output)
+            with self._idle_lock:
+                self._idle.append(compiled)
+
+
+def input_term(document: dict[str, Any]) -> str:
+    """The input as Rego reads it: UTF-8 JSON. Not ``\\u`` escapes: rego-cpp keeps a surrogate
+    pair escaped that way as two code points, so "😀" in the input would not equal "😀" in the
+    module. A lone surrogate (possible in text from JavaScript) becomes U+FFFD first."""
+    return well_formed(json.dumps(document, ensure_ascii=False))
 
 
 def _settle(future: Future[Any], work: Any, *args: Any) -> None:

@@ -13,12 +13,12 @@ from appliance.config.egress import EGRESS_RULE, EgressSettings
 from appliance.core.schema import INVALID, validate
 from appliance.egress.credentials import EgressCredential
 from appliance.egress.gate import AttemptEgress, EgressGate
-from appliance.egress.model import FetchRequest, FetchResponse, Invocation
+from appliance.egress.model import EgressInvocation, FetchRequest, FetchResponse
 from appliance.egress.policy import Decision, Policy, RegoPolicy
 from appliance.secret import Secret
 from tests.egress.target_server import TargetServer
 
-INVOCATION = Invocation("ops", 3, "nightly", 17, 2, 9)
+INVOCATION = EgressInvocation("ops", 3, "nightly", 17, 2, 9)
 
 ALLOW_ALL = """package appliance.egress
 import rego.v1

@@ -372,6 +372,9 @@ def test_max_redirects_at_the_boundary(target: TargetServer) -> None:
     three = redirect_to(target, two)
     with pytest.raises(FetchFailed, match=r"more than 2 redirects \(egress.max_redirects\)"):
         fetch(attempt, three, redirect="follow")
+    refused_hop = attempt.report()["requests"][-1]
+    assert (refused_hop["hop"], refused_hop["decision"]) == (3, "refused")
+    assert "egress.max_redirects" in refused_hop["reason"]
 
 
 # -- limits ------------------------------------------------------------------------------------
@@ -711,3 +714,72 @@ def test_records_are_streamed_as_they_are_final_and_match_the_report(
     assert first["request_bytes"] == 3 and first["response_bytes"] > 0
     assert first["address"] == "127.0.0.1" and first["status"] == 200 and first["ms"] >= 0
     assert report["over_limit"] == 0 and report["records_dropped"] == 0
+
+
+def test_a_head_is_not_refused_for_the_length_of_a_body_it_does_not_get(
+    target: TargetServer,
+) -> None:
+    attempt = attempt_of(make_gate(max_response_bytes=1000))
+    response = fetch(attempt, target.url("/bytes/5000"), method="HEAD")
+    assert (response.status, response.header("content-length"), response.body) == (
+        200,
+        "5000",
+        b"",
+    )
+
+
+def test_a_server_that_does_not_speak_http_fails_the_fetch_cleanly() -> None:
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    def answer_garbage() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"SMTP ready\r\n\r\n")
+
+    thread = threading.Thread(target=answer_garbage)
+    thread.start()
+    try:
+        attempt = attempt_of(make_gate())
+        with pytest.raises(FetchFailed, match="not valid HTTP") as caught:
+            fetch(attempt, f"http://127.0.0.1:{port}/")
+        assert caught.value.kind == "network"
+        assert "not valid HTTP" in attempt.report()["requests"][0]["error"]
+    finally:
+        thread.join(10)
+        listener.close()
+
+
+def test_an_external_opa_decides_and_its_input_holds_no_credential_value(
+    target: TargetServer,
+) -> None:
+    from tests.egress.fake_opa import FakeOpa
+
+    opa = FakeOpa((200, {"result": {"allow": True}}))
+    try:
+        gate = make_gate(opa.policy(), credentials=[credential(target.origin, SECRET)])
+        fetch(attempt_of(gate), target.url("/status/204"))
+        assert target.requests[-1].headers["authorization"] == SECRET
+        (seen,) = opa.inputs
+        assert seen["credentials"] == ["HOOK_TOKEN"] and "authorization" not in seen["headers"]
+        assert all(SECRET.encode() not in body for body in opa.raw_bodies)
+        assert SECRET.split()[1].encode() not in opa.raw_bodies[0]
+    finally:
+        opa.close()
+
+
+def test_an_external_opa_that_denies_stops_the_request(target: TargetServer) -> None:
+    from tests.egress.fake_opa import FakeOpa
+
+    opa = FakeOpa((200, {"result": {"allow": False, "reason": "opa says no"}}))
+    try:
+        with pytest.raises(EgressDenied, match="opa says no"):
+            fetch(attempt_of(make_gate(opa.policy())), target.url("/status/204"))
+        assert target.requests == []
+    finally:
+        opa.close()

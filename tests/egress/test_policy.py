@@ -3,11 +3,8 @@ with a reason; a module that does not load is refused with its file and line."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -22,6 +19,7 @@ from appliance.egress.policy import (
     RegoPolicy,
     interpret,
 )
+from tests.egress.fake_opa import FakeOpa
 from tests.ports import free_ports
 
 FILE = "/etc/appliance/egress.rego"
@@ -115,6 +113,19 @@ def test_only_exactly_true_allows(document: Any, allowed: bool) -> None:
     assert interpret(document).allowed is allowed
 
 
+def test_text_beyond_ascii_compares_equal_to_the_modules_literals() -> None:
+    # The input goes to rego-cpp as UTF-8: a \\u-escaped surrogate pair would not compare equal.
+    policy = load(
+        "package appliance.egress\nimport rego.v1\n"
+        'allow if input.invocation.schedule_name == "résumé 😀"\n'
+    )
+    named = {**SAMPLE_INPUT, "invocation": {**SAMPLE_INPUT["invocation"], "schedule_name": ""}}
+    named["invocation"]["schedule_name"] = "résumé 😀"
+    assert policy.evaluate(named, 1.0).allowed
+    named["invocation"]["schedule_name"] = "lone \ud83d surrogate"
+    assert not policy.evaluate(named, 1.0).allowed  # evaluated (U+FFFD), not an encoding crash
+
+
 def test_reasons_are_bounded_and_flattened() -> None:
     decision = interpret({"allow": False, "reason": "a\nb" + "x" * 2000})
     assert "\n" not in decision.reason
@@ -192,43 +203,7 @@ def test_interpreters_are_per_thread_and_decisions_run_concurrently() -> None:
     assert answers.count(True) == 80 and answers.count(False) == 80
 
 
-# -- an external OPA (a stand-in written here: the OPA data API is an HTTP contract) --
-
-
-class FakeOpa:
-    def __init__(self, answer: tuple[int, Any], delay_event: threading.Event | None = None):
-        self.inputs: list[dict[str, Any]] = []
-        self.paths: list[str] = []
-        owner = self
-        self.port = free_ports(1)[0]
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *_a: Any) -> None:
-                return None
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["content-length"]))
-                owner.paths.append(self.path)
-                owner.inputs.append(json.loads(body)["input"])
-                if delay_event is not None:
-                    delay_event.wait(5)
-                status, document = answer
-                data = json.dumps(document).encode()
-                with contextlib.suppress(OSError):  # the client may have given up already
-                    self.send_response(status)
-                    self.send_header("content-length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def policy(self) -> OpaPolicy:
-        return OpaPolicy(parse_origin(f"http://127.0.0.1:{self.port}"))
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# -- an external OPA (a stand-in written in tests/egress/fake_opa.py) --
 
 
 @pytest.fixture

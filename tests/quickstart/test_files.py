@@ -259,3 +259,21 @@ def test_without_data_dir_the_quickstart_writes_outside_the_working_directory(
         assert qs.interrupt() == 0
     finally:
         qs.kill()
+
+
+def test_an_egress_section_added_by_the_operator_is_kept_when_ports_move(
+    tmp_path: Path, held: list[socket.socket]
+) -> None:
+    # docs/quickstart.md tells operators to add `egress` to worker.json; a repair that rewrites
+    # the file must keep it.
+    first = prepare(tmp_path, NOW)
+    worker = json.loads(first.worker_path.read_text())
+    worker["egress"] = {"policy_file": "egress.rego"}
+    first.worker_path.write_text(json.dumps(worker))
+    _take(held, _port(first.runner["admission_addr"]))
+    second = prepare(tmp_path, NOW)
+    assert second.notes  # the admission port moved: worker.json was rewritten
+    rewritten = json.loads(second.worker_path.read_text())
+    assert rewritten["egress"] == {"policy_file": "egress.rego"}
+    loaded = load_worker_config({}, second.worker_path).egress
+    assert loaded is not None and loaded.policy_file == str(tmp_path / "egress.rego")
