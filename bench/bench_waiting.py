@@ -328,6 +328,9 @@ def main() -> None:
     delay_ms = args.delay_ms
     server = SlowServer(delay_ms / 1000)
     admission = AdmissionPeer("grant")
+    # The test peer listens with a backlog of 16; 64 permit requests arrive at once here, and a
+    # refused connection would be the bench's fault, not the worker's (listen() again resizes).
+    admission._sock.listen(256)
     engine = {"max_concurrent": args.count, "max_queued": 0}
     timer = f"new Promise(resolve => setTimeout(() => resolve('waited'), {delay_ms}))"
     fetch = f"fetch({json.dumps(server.url)}).then(r => r.json()).then(j => j.ok)"

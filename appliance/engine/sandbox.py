@@ -256,11 +256,11 @@ class Sandbox:
         if self._attempt is None:
             if self._gate is None:
                 raise RuntimeError("fetch is not available")
-            from appliance.egress.model import Invocation
+            from appliance.egress.model import EgressInvocation
 
             gate = self._gate.get(self._deadline - time.monotonic())
             attempt = gate.open_attempt(
-                Invocation.from_scheduled(self._request["scheduled"]), self._deadline
+                EgressInvocation.from_scheduled(self._request["scheduled"]), self._deadline
             )
             with self._lock:
                 self._attempt = attempt
