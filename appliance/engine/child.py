@@ -33,7 +33,9 @@ import resource
 import signal
 import sys
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from appliance.engine import protocol
@@ -51,6 +53,7 @@ THREAD_STACK_BYTES = 4 * MIB  # Python threads of the child (default would be 8 
 REQUEST_FRAME_BYTES_MAX = 8 * MIB
 REPLY_FRAME_BYTES_MAX = 64 * MIB
 SLOTS_MAX = 64
+GATE_WAIT_SLICE_SECONDS = 0.05  # a script waiting for the gate still notices a stop this soon
 
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 4
@@ -211,10 +214,12 @@ class Host:
 
 
 class GateHolder:
-    """The child's egress gate, built while V8 starts (importing the HTTP client and compiling
-    the policy take a few hundred milliseconds), and before ``ready``: the policy runtime
-    (rego-cpp's allocator) reserves its memory when it starts, which must happen before any
-    execution lowers the child's RLIMIT_DATA."""
+    """The child's egress gate, built after ``ready`` (importing the HTTP client and compiling
+    the policy take a few hundred milliseconds of CPU, which a burst of starting children would
+    otherwise pay before any script starts): a script waits for it only at its first ``fetch``.
+    The policy runtime's allocator (rego-cpp's snmalloc) reserves its memory when it first
+    allocates, which must happen before an execution lowers the child's RLIMIT_DATA — so
+    ``start_runtime`` runs before ``ready``."""
 
     def __init__(self, document: dict[str, Any]) -> None:
         settings = document.get("settings")
@@ -224,6 +229,12 @@ class GateHolder:
         self._gate: Any = None
         self._error: str | None = None
         self._built = threading.Event()
+
+    @staticmethod
+    def start_runtime() -> None:
+        import regopy
+
+        regopy.Interpreter()  # the allocator's first allocation: its reservation, unlimited
 
     def build(self) -> None:
         from appliance.egress.gate import EgressGate
@@ -237,10 +248,14 @@ class GateHolder:
             self._document = None  # it holds credential values: keep them only in the gate
             self._built.set()
 
-    def get(self, timeout_seconds: float) -> Any:
-        """The gate; RuntimeError (its message safe for the script) when it is not there."""
-        if not self._built.wait(max(0.0, timeout_seconds)):
-            raise RuntimeError("the egress gate is not ready")
+    def get(self, timeout_seconds: float, given_up: Callable[[], bool]) -> Any:
+        """The gate; RuntimeError (its message safe for the script) when it is not there in
+        time, or when ``given_up()`` says the caller stopped waiting (a stop)."""
+        deadline = time.monotonic() + timeout_seconds
+        while not self._built.wait(min(GATE_WAIT_SLICE_SECONDS, max(0.0, timeout_seconds))):
+            timeout_seconds = deadline - time.monotonic()
+            if timeout_seconds <= 0 or given_up():
+                raise RuntimeError("the egress gate is not ready")
         if self._gate is None:
             raise RuntimeError(self._error or "the egress gate is not available")
         return self._gate
@@ -285,16 +300,14 @@ def main() -> int:
         return EXIT_BAD_REQUEST
     from appliance.engine.v8 import initialise_v8
 
-    building = None
     if gate is not None:
-        building = threading.Thread(target=gate.build, name="egress-gate", daemon=True)
-        building.start()
+        gate.start_runtime()
     initialise_v8()
     host = Host(slots, gate, reply_fd)
     host.warm()
-    if building is not None:
-        building.join()
     host.send(host.ready_frame())
+    if gate is not None:
+        threading.Thread(target=gate.build, name="egress-gate", daemon=True).start()
     while True:
         try:
             message = reader.read()

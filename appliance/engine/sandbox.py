@@ -258,7 +258,7 @@ class Sandbox:
                 raise RuntimeError("fetch is not available")
             from appliance.egress.model import EgressInvocation
 
-            gate = self._gate.get(self._deadline - time.monotonic())
+            gate = self._gate.get(self._deadline - time.monotonic(), self._stopping)
             attempt = gate.open_attempt(
                 EgressInvocation.from_scheduled(self._request["scheduled"]), self._deadline
             )

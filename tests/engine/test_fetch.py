@@ -216,10 +216,13 @@ def test_aborting_a_request_in_flight_rejects_it_and_closes_the_connection(
         c.signal.addEventListener('abort', () => events.push('abort event'));
         const pending = fetch({json.dumps(target.url("/hold"))}, {{signal: c.signal}})
             .then(() => 'answered', e => e.name);
-        setTimeout(() => c.abort(), 300);
+        setTimeout(() => c.abort(), 1500);
         pending.then(name => [name, events])
     """
-    assert result_of(engine, code, timeout_seconds=20) == ["AbortError", ["abort event"]]
+    submitted = submit(engine, code, timeout_seconds=20)
+    assert target.holding.wait(20), "the request never reached the server"
+    report = engine.wait(submitted.execution_id, 20)
+    assert report.result == ["AbortError", ["abort event"]]
     assert target.closed_by_client.wait(10), "the server never saw the connection closed"
 
 
@@ -228,8 +231,10 @@ def test_abort_signal_timeout_aborts_with_a_timeout_error(
 ) -> None:
     engine = fetching()
     url = json.dumps(target.url("/hold"))
-    code = f"fetch({url}, {{signal: AbortSignal.timeout(200)}}).then(() => 'answered', e => e.name)"
-    assert result_of(engine, code, timeout_seconds=20) == "TimeoutError"
+    code = f"fetch({url}, {{signal: AbortSignal.timeout(1500)}}).then(() => 'sent', e => e.name)"
+    submitted = submit(engine, code, timeout_seconds=20)
+    assert target.holding.wait(20), "the request never reached the server"
+    assert engine.wait(submitted.execution_id, 20).result == "TimeoutError"
     assert target.closed_by_client.wait(10)
 
 
