@@ -267,6 +267,8 @@ class Sandbox:
         return self._attempt
 
     def _abort_fetch(self, fetch_id: Any) -> None:
+        if not isinstance(fetch_id, int) or isinstance(fetch_id, bool):
+            return  # not an id the harness made
         with self._lock:
             exchange = self._exchanges.get(fetch_id)
             if exchange is not None:
