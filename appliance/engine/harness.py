@@ -9,15 +9,16 @@ every execution gets a new isolate.
 
 The functions Python calls (appliance/engine/sandbox.py):
 
-- ``install(scheduledJson, outputLimitBytes, doorbell, fetchEnabled)``, while the isolate is
-  idle: defines the deeply frozen, non-writable, non-configurable global ``scheduled``, arms the
-  console budget, keeps ``doorbell`` (a JS function that notifies Python) and, when
-  ``fetchEnabled``, defines ``fetch``, ``Headers``, ``Response``, ``AbortController``,
-  ``AbortSignal`` and ``DOMException``.
-- ``run(code)`` (or with the code as ``this``): evaluates the script as a global script
-  (indirect eval keeps completion-value semantics) and returns a *take record* (below); when the
-  completion value is a promise or thenable the record has no outcome yet and the outcome comes
-  later through ``take``.
+- ``bind(doorbell)``, when the isolate is built (idle): keeps ``doorbell``, a JS function that
+  notifies Python.
+- ``start()`` with ``this`` a JSON string ``{code, scheduled, output_limit_bytes, fetch}``:
+  defines the deeply frozen, non-writable, non-configurable global ``scheduled``, arms the
+  console budget and, when ``fetch``, defines ``fetch``, ``Headers``, ``Response``,
+  ``AbortController``, ``AbortSignal`` and ``DOMException``; then evaluates the script as a
+  global script (indirect eval keeps completion-value semantics) and returns a *take record*
+  (below); when the completion value is a promise or thenable the record has no outcome yet and
+  the outcome comes later through ``take``. (``install(scheduledJson, limitBytes, bell,
+  fetchEnabled)`` and ``run(code)`` do the same in two steps, for a plain mini-racer context.)
 - ``take()``: returns and clears what happened since the last call, as a JSON take record
   ``{out, truncated, requests, aborts, outcome}``: ``out`` is the console text written since,
   ``requests`` the fetch calls made since (in call order), ``aborts`` the ids of requests the
@@ -810,6 +811,46 @@ HARNESS_JS = r"""
     }
   }
 
+  function setUp(scheduledValue, limitBytes, fetchEnabled) {
+    outputLimitBytes = limitBytes;
+    defineProperty(g, "scheduled", {
+      value: deepFreeze(scheduledValue),
+      writable: false, enumerable: true, configurable: false,
+    });
+    if (fetchEnabled) {
+      const names = getOwnPropertyNames(fetchGlobals);
+      for (let i = 0; i < names.length; i++) {
+        defineProperty(g, names[i], {
+          value: fetchGlobals[names[i]], writable: true, enumerable: false, configurable: true,
+        });
+      }
+    }
+  }
+
+  function runScript(source) {
+    quiet = true;
+    try {
+      let value;
+      try {
+        value = indirectEval(StringCtor(source) + SOURCE_URL);
+      } catch (thrown) {
+        settle(describeThrown(thrown));
+        return take();
+      }
+      if (!isThenable(value)) {
+        settle(describeValue(value));
+        return take();
+      }
+      apply(promiseThen, promiseResolve(value), [
+        function (result) { settle(describeValue(result)); },
+        function (thrown) { settle(describeThrown(thrown)); },
+      ]);
+      return take();
+    } finally {
+      quiet = false;
+    }
+  }
+
   function take() {
     rung = false;
     const record = newRecord();
@@ -826,45 +867,20 @@ HARNESS_JS = r"""
   }
 
   return {
-    install: function install(scheduledJson, limitBytes, bell, fetchEnabled) {
-      outputLimitBytes = limitBytes;
+    bind: function bind(bell) {
       doorbell = typeof bell === "function" ? bell : null;
-      defineProperty(g, "scheduled", {
-        value: deepFreeze(parse(scheduledJson)),
-        writable: false, enumerable: true, configurable: false,
-      });
-      if (fetchEnabled === true) {
-        const names = getOwnPropertyNames(fetchGlobals);
-        for (let i = 0; i < names.length; i++) {
-          defineProperty(g, names[i], {
-            value: fetchGlobals[names[i]], writable: true, enumerable: false, configurable: true,
-          });
-        }
-      }
+    },
+    install: function install(scheduledJson, limitBytes, bell, fetchEnabled) {
+      if (bell !== undefined) doorbell = typeof bell === "function" ? bell : null;
+      setUp(parse(scheduledJson), limitBytes, fetchEnabled === true);
     },
     run: function run(code) {
-      const source = arguments.length > 0 ? code : this;
-      quiet = true;
-      try {
-        let value;
-        try {
-          value = indirectEval(StringCtor(source) + SOURCE_URL);
-        } catch (thrown) {
-          settle(describeThrown(thrown));
-          return take();
-        }
-        if (!isThenable(value)) {
-          settle(describeValue(value));
-          return take();
-        }
-        apply(promiseThen, promiseResolve(value), [
-          function (result) { settle(describeValue(result)); },
-          function (thrown) { settle(describeThrown(thrown)); },
-        ]);
-        return take();
-      } finally {
-        quiet = false;
-      }
+      return runScript(arguments.length > 0 ? code : this);
+    },
+    start: function start() {
+      const config = parse(StringCtor(this));
+      setUp(config.scheduled, config.output_limit_bytes, config.fetch === true);
+      return runScript(config.code);
     },
     take: take,
     deliver: function () { return deliver(StringCtor(this)); },

@@ -129,15 +129,18 @@ class Sandbox:
         timeout_seconds = float(request["timeout_seconds"])
         isolate = self._isolate
         isolate.set_heap_limit_bytes(self.heap_bytes)
-        isolate.install(
-            json.dumps(request["scheduled"]),
-            int(request["output_limit_bytes"]),
-            self._gate is not None,
-            self._ring,
+        isolate.on_bell(self._ring)
+        start = json.dumps(
+            {
+                "code": str(request["code"]),
+                "scheduled": request["scheduled"],
+                "output_limit_bytes": int(request["output_limit_bytes"]),
+                "fetch": self._gate is not None,
+            }
         )
         self._send({"type": protocol.MSG_RUNNING, "execution_id": self.execution_id})
-        deadline = self._deadline = time.monotonic() + timeout_seconds
-        pending: Future[Any] | None = self._call("run", str(request["code"]))
+        self._deadline = deadline = time.monotonic() + timeout_seconds
+        pending: Future[Any] | None = self._call("start", start)
         result_limit_bytes = int(request["result_limit_bytes"])
         while True:
             self._wake.clear()  # everything is looked at below, after the clear: no lost wake

@@ -120,10 +120,10 @@ class Isolate:
         self.pump_thread_id = pumps.pop()
         self._bell: Callable[[], None] | None = None
         self._doorbell_cm = self._ctx._register_js_notification(self._ring)
-        self._doorbell = self._doorbell_cm.__enter__()
+        doorbell = self._doorbell_cm.__enter__()
         harness = self._racer.eval(HARNESS_JS)
-        self._install = harness["install"]  # type: ignore[index]
-        self._functions = {name: harness[name] for name in ("run", "take", "deliver")}  # type: ignore[index]
+        harness["bind"](doorbell)  # type: ignore[index]
+        self._functions = {name: harness[name] for name in ("start", "take", "deliver")}  # type: ignore[index]
         self._no_arguments = self._racer.eval("[]")
         self._disposed = False
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
@@ -140,25 +140,16 @@ class Isolate:
         if bell is not None:
             bell()
 
-    # ----- before the script (the isolate is idle: blocking calls are safe here) ------------
+    # ----- for one execution: nothing here waits for the isolate ----------------------------
 
-    def install(
-        self,
-        scheduled_json: str,
-        output_limit_bytes: int,
-        fetch_enabled: bool,
-        on_bell: Callable[[], None],
-    ) -> None:
-        """Bind the isolate to one execution: ``scheduled``, the console budget, the doorbell
-        (called on the isolate's asyncio loop thread: must not block), fetch or not."""
-        self._bell = on_bell
-        self._install(scheduled_json, output_limit_bytes, self._doorbell, fetch_enabled)
+    def on_bell(self, callback: Callable[[], None]) -> None:
+        """Who hears the doorbell (called on the isolate's asyncio loop thread: must not
+        block)."""
+        self._bell = callback
 
     def set_heap_limit_bytes(self, limit_bytes: int) -> None:
         """V8 hard heap limit for this isolate; 0 lifts it."""
         self._racer.set_hard_memory_limit(limit_bytes)
-
-    # ----- while the script runs: nothing here waits for the isolate -----------------------
 
     def call(self, name: str, this_text: str | None = None) -> concurrent.futures.Future[Any]:
         """Start a zero-argument call of harness function ``name`` with ``this_text`` as
@@ -211,7 +202,7 @@ class Isolate:
         # stop the loop, join its thread, and free again (a no-op for a freed context).
         ctx._dll.mr_free_context(ctx._ctx)
         self._functions.clear()
-        self._install = self._no_arguments = self._doorbell = None  # type: ignore[assignment]
+        self._no_arguments = None  # type: ignore[assignment]
         closer = threading.Thread(target=self._racer.close, name="isolate-close", daemon=True)
         closer.start()
         closer.join(max(0.0, deadline - time.monotonic()))
@@ -224,9 +215,10 @@ class Isolate:
         if closer.is_alive():
             return False
         # A joined Python thread may linger in /proc for a moment after it released its lock.
-        return _wait_thread_gone(self.pump_thread_id, deadline) and _wait_thread_gone(
+        gone = _wait_thread_gone(self.pump_thread_id, deadline) and _wait_thread_gone(
             self.loop_thread_id, deadline
         )
+        return gone and time.monotonic() <= deadline  # proved late is not proved in time
 
 
 def _wait_thread_gone(native_id: int, deadline_monotonic: float) -> bool:

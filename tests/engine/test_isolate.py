@@ -21,14 +21,26 @@ def isolate() -> Iterator[Isolate]:
 
 
 def install(isolate: Isolate, bell: threading.Event, fetch: bool = False) -> None:
-    isolate.install(json.dumps({"attempt": 3}), 1024, fetch, bell.set)
+    isolate.on_bell(bell.set)
+    isolate.fetch = fetch  # type: ignore[attr-defined]  # read by start() below
 
 
-def test_a_zero_argument_call_carries_the_code_as_this_and_answers_a_take_record(
+def start(isolate: Isolate, code: str) -> object:
+    """The harness's start call, as the sandbox makes it: the whole request as ``this``."""
+    config = {
+        "code": code,
+        "scheduled": {"attempt": 3},
+        "output_limit_bytes": 1024,
+        "fetch": getattr(isolate, "fetch", False),
+    }
+    return isolate.call("start", json.dumps(config))
+
+
+def test_a_zero_argument_call_carries_the_request_as_this_and_answers_a_take_record(
     isolate: Isolate,
 ) -> None:
     install(isolate, threading.Event())
-    record = json.loads(isolate.call("run", "console.log('hi'); scheduled.attempt * 2").result(10))
+    record = json.loads(start(isolate, "console.log('hi'); scheduled.attempt * 2").result(10))
     assert record["out"] == "hi\n"
     assert record["outcome"] == {"ok": True, "json": "6"}
 
@@ -37,7 +49,7 @@ def test_the_doorbell_rings_when_a_running_script_writes(isolate: Isolate) -> No
     bell = threading.Event()
     install(isolate, bell)
     code = "new Promise(r => setTimeout(() => { console.log('later'); r(1); }, 50))"
-    first = json.loads(isolate.call("run", code).result(10))
+    first = json.loads(start(isolate, code).result(10))
     assert first["outcome"] is None
     assert bell.wait(10)
     taken = json.loads(isolate.call("take").result(10))
@@ -48,7 +60,7 @@ def test_fetch_requests_reach_python_and_deliveries_settle_them(isolate: Isolate
     bell = threading.Event()
     install(isolate, bell, fetch=True)
     code = "fetch('https://api.example/x', {method: 'post', body: 'b'}).then(r => r.text())"
-    record = json.loads(isolate.call("run", code).result(10))
+    record = json.loads(start(isolate, code).result(10))
     (request,) = record["requests"]
     assert (request["method"], request["url"], request["body"]) == (
         "POST",
@@ -74,7 +86,7 @@ def test_fetch_requests_reach_python_and_deliveries_settle_them(isolate: Isolate
 def test_fetch_is_undefined_without_egress(isolate: Isolate) -> None:
     install(isolate, threading.Event(), fetch=False)
     code = "['fetch', 'Headers', 'Response', 'AbortController'].map(n => typeof globalThis[n])"
-    record = json.loads(isolate.call("run", code).result(10))
+    record = json.loads(start(isolate, code).result(10))
     assert json.loads(record["outcome"]["json"]) == ["undefined"] * 4
 
 
@@ -91,7 +103,7 @@ def test_dispose_stops_a_spinning_script_and_proves_its_threads_gone(
     isolate: Isolate, code: str
 ) -> None:
     install(isolate, threading.Event())
-    running = isolate.call("run", code)
+    running = start(isolate, code)
     pending_take = isolate.call("take")  # queued behind the spin: it would never answer
     assert isolate.dispose(5.0) is True
     assert not thread_alive(isolate.pump_thread_id)
