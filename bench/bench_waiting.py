@@ -247,6 +247,7 @@ def run_variant(
     count: int,
     admission: AdmissionPeer,
 ) -> dict[str, Any]:
+    load_at_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         worker = Worker(Path(tmp), source, admission.url, config_extra)
         sampler = MemorySampler(worker.proc.pid)
@@ -307,6 +308,7 @@ def run_variant(
         statuses["unfinished"] = len(pending)
     return {
         "variant": label,
+        "load_at_start": load_at_start,
         "accepted": accepted,
         "refused": refused[:3],
         "statuses": statuses,
@@ -372,7 +374,8 @@ def main() -> None:
     print(f"executions: {args.count}, each awaiting {delay_ms} ms; load average {load[0]:.1f}")
     for result in results:
         print(
-            f"{result['variant']:>15}: accepted {result['accepted']} "
+            f"{result['variant']:>15} (load {result['load_at_start']:.1f}): "
+            f"accepted {result['accepted']} "
             f"(refused: {result['refused'] or 'none'}), {result['statuses']}, "
             f"last finished {result['last_finished_s']:.2f} s after due "
             f"(median {result['median_finished_s']:.2f} s; last exec accepted "
