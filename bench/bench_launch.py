@@ -156,6 +156,7 @@ def service_run(label: str, args: argparse.Namespace, child_executions_max: int)
             max_concurrent=ENGINE["max_concurrent"],
             max_queued=ENGINE["max_queued"],
             child_executions_max=child_executions_max,
+            executions_per_child=config.engine.executions_per_child,  # as the worker does
         )
         client = HttpClient()
         permits = AdmissionClient(

@@ -54,6 +54,7 @@ REQUEST_FRAME_BYTES_MAX = 8 * MIB
 REPLY_FRAME_BYTES_MAX = 64 * MIB
 SLOTS_MAX = 64
 GATE_WAIT_SLICE_SECONDS = 0.05  # a script waiting for the gate still notices a stop this soon
+SPARE_WAIT_SECONDS = 1.0  # a run waits this long for the spare being built, then builds its own
 
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 4
@@ -104,7 +105,8 @@ class Host:
         self._sandboxes: dict[str, Any] = {}
         self._executions_done = 0
         self._spare: Any = None
-        self._spare_wanted = threading.Event()
+        self._spare_ready = threading.Condition()  # guards _spare and _building_spare
+        self._building_spare = False
         self._data_limit = DataLimit()
 
     def send(self, message: dict[str, Any]) -> None:
@@ -124,28 +126,34 @@ class Host:
         from appliance.engine.v8 import Isolate
 
         while True:
-            self._spare_wanted.wait()
-            self._spare_wanted.clear()
-            with self._lock:
-                if self._spare is not None:
-                    continue
+            with self._spare_ready:
+                while self._spare is not None:
+                    self._spare_ready.wait()
+                self._building_spare = True
+            spare = None
             try:
                 spare = Isolate()
             except Exception:
                 traceback.print_exc()
-                continue
-            with self._lock:
-                if self._spare is None:
-                    self._spare = spare
-                    continue
-            spare.dispose(5.0)
+            with self._spare_ready:
+                self._building_spare = False
+                self._spare = spare
+                self._spare_ready.notify_all()
+            if spare is None:
+                return  # cannot build isolates: each execution tries for itself (and says why)
 
     def _isolate(self) -> Any:
+        """The spare isolate — waiting for the one being built rather than building a second
+        (with one slot, the next run arrives while the spare for it is being built)."""
         from appliance.engine.v8 import Isolate
 
-        with self._lock:
+        with self._spare_ready:
+            if self._spare is None and self._building_spare:
+                self._spare_ready.wait_for(
+                    lambda: not self._building_spare, timeout=SPARE_WAIT_SECONDS
+                )
             spare, self._spare = self._spare, None
-        self._spare_wanted.set()
+            self._spare_ready.notify_all()  # the builder starts the next one
         return spare if spare is not None else Isolate()
 
     # ----- executions ----------------------------------------------------------------------

@@ -114,7 +114,7 @@ class Children:
                         child.placed_total += 1
                         if child.placed_total >= self.child_executions_max:
                             child.retiring = True
-                        child.mailbox(execution_id)
+                        child.open_mailbox(execution_id)
                         self._serving.remove(child)
                         self._serving.append(child)  # most recently used last
                         return child
@@ -299,7 +299,6 @@ class Children:
                 self._start_failures += 1
                 self._cond.notify_all()
             return
-        child.start_reading()
         with self._cond:
             self._starting.remove(child)
             self._starting_count -= 1

@@ -9,7 +9,7 @@ of its own (child.py, sandbox.py): a script that waits — for a timer, for a ``
 execution has a child to itself, the engine of earlier versions.
 
 Each started execution's supervisor takes a slot (children.place), sends the request, and reads
-its mailbox (the child's frames for this execution) until ``done``, end of file, or the
+its frames (children share the reading: process.py) until ``done``, end of file, or the
 backstop: ``timeout_seconds`` plus what the child may take to stop the script itself and
 dispose of it, plus ``kill_grace_seconds`` — the child enforces the timeout; the parent kills a
 child that failed to. ``output`` frames are kept (bounded) so that ``status()`` shows a running
@@ -85,6 +85,7 @@ CHILD_IDLE_SECONDS_DEFAULT = 60.0
 EXECUTIONS_PER_CHILD_DEFAULT = 1
 EXECUTIONS_PER_CHILD_MAX = 64
 EGRESS_REPORT_BYTES_MAX = 32 * 1024  # appliance/egress/record.py bounds the report to this
+DRAIN_SECONDS = 1.0  # reading what a reaped child wrote: its pipe ends at once
 _DONE_STATUSES = {
     "completed": ExecutionStatus.COMPLETED,
     "failed": ExecutionStatus.FAILED,
@@ -224,7 +225,7 @@ class Engine(PoolEngine):
             return
         with contextlib.suppress(OSError, ValueError):  # gone: the supervisor sees end of file
             child.send({"type": protocol.MSG_STOP, "execution_id": execution_id})
-        child.mailbox(execution_id).wake()
+        child.wake(execution_id)
 
     def _shutdown_backend(self, deadline_monotonic: float) -> bool:
         return self._children.shutdown(deadline_monotonic)
@@ -259,7 +260,7 @@ class Engine(PoolEngine):
     def _converse(self, execution: Execution, child: ChildProcess) -> _Outcome:
         request = execution.request
         execution_id = request.execution_id
-        box = child.mailbox(execution_id)
+
         outcome = _Outcome()
         backstop = (
             time.monotonic()
@@ -288,7 +289,7 @@ class Engine(PoolEngine):
                 if stop_deadline is not None:
                     deadline = min(deadline, stop_deadline)
                 try:
-                    message = box.get(deadline)
+                    message = child.receive(execution_id, deadline)
                 except protocol.FrameTimeout:
                     if stop_deadline is not None and time.monotonic() >= stop_deadline:
                         outcome.stop_unconfirmed = True
@@ -312,12 +313,13 @@ class Engine(PoolEngine):
         self._children.retire(child)
         outcome.exit_code = child.reap(None)
         self._note_hosted_at_end(child)
-        if outcome.protocol_error is None and child.ended is not None:
-            # Everything the child wrote before it died is in the mailbox: a done frame that
-            # raced the kill wins.
+        if outcome.protocol_error is None:
+            # Everything the child wrote before it died is in its pipe or the mailbox, and the
+            # reaped child's pipe ends at once: a done frame that raced the kill wins.
+            drained_by = time.monotonic() + DRAIN_SECONDS
             try:
                 while outcome.reply is None:
-                    message = box.get(time.monotonic())
+                    message = child.receive(execution_id, drained_by)
                     if message is not None:
                         self._handle_frame(execution, outcome, message)
             except (protocol.FrameTimeout, ChildEnded, protocol.ProtocolError):

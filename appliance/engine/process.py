@@ -4,10 +4,13 @@ Children are started by re-invoking the interpreter on the child entry point (sp
 the engine never forks a process that has threads or a V8 isolate. ``child_command`` is the one
 place that decides how; packaging can change it (for a zipapp) without touching anything else.
 
-A child hosts several executions at once, so its frames interleave: once ready, one reader
-thread per child (``start_reading``) hands each frame to the mailbox of the execution it names.
-End of file, or a frame that breaks the protocol, closes every mailbox of the child (each
-supervisor then judges its own execution from the exit status).
+A child hosts several executions at once, so its frames interleave. Their supervisors share the
+reading (leader and followers): one of the waiting supervisors reads the pipe, keeps a frame that
+names its own execution and files any other in the mailbox of the execution it names, waking its
+supervisor; when it has its frame it hands the reading over. So a child running one execution
+costs no thread hand-off per frame (a hand-off waits for the GIL, which a busy worker holds for
+milliseconds at a time). End of file, or a frame that breaks the protocol, ends every mailbox of
+the child (each supervisor then judges its own execution from the exit status).
 
 The child gets a scrubbed environment: only the variables the interpreter needs to find the
 package, plus the expected parent pid. Worker credentials therefore never reach a child.
@@ -15,10 +18,10 @@ package, plus the expected parent pid. Worker credentials therefore never reach 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
-import queue
 import select
 import signal
 import subprocess
@@ -34,7 +37,7 @@ from appliance.engine.protocol import PARENT_PID_ENV
 CHILD_MODULE = "appliance.engine.child"
 ENV_ALLOWLIST = ("PATH", "PYTHONPATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 STDERR_TAIL_BYTES = 8 * 1024
-READER_JOIN_SECONDS = 5.0
+READ_SLICE_SECONDS = 0.1  # a reading supervisor looks at its wake-ups and deadline this often
 REQUEST_FRAME_BYTES_MAX = 8 * 1024 * 1024
 
 
@@ -57,38 +60,6 @@ class ChildEnded(Exception):
     """The child's pipe ended (end of file or a protocol error) before the awaited frame."""
 
 
-class Mailbox:
-    """The frames of one execution in one child, in order; closed when the child's pipe ends."""
-
-    _ENDED = object()
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-
-    def put(self, message: dict[str, Any]) -> None:
-        self._queue.put(message)
-
-    def wake(self) -> None:
-        """Make a pending ``get`` return None once (the owner has something to look at)."""
-        self._queue.put(None)
-
-    def end(self) -> None:
-        self._queue.put(self._ENDED)
-
-    def get(self, deadline_monotonic: float | None) -> dict[str, Any] | None:
-        """The next frame; None when woken; FrameTimeout at the deadline; ChildEnded after the
-        child's pipe ended (again on every later call)."""
-        timeout = None if deadline_monotonic is None else deadline_monotonic - time.monotonic()
-        try:
-            item = self._queue.get(timeout=max(0.0, timeout) if timeout is not None else None)
-        except queue.Empty:
-            raise protocol.FrameTimeout("no frame before the deadline") from None
-        if item is self._ENDED:
-            self._queue.put(self._ENDED)
-            raise ChildEnded("the child's pipe ended")
-        return item
-
-
 class ChildProcess:
     """One engine child seen from the parent. ``send``, ``kill`` and the mailboxes are
     thread-safe; the rest belongs to the engine (under its lock)."""
@@ -103,10 +74,10 @@ class ChildProcess:
         self._rss_bytes_first: int | None = None
         self._rss_bytes_last = 0
         self._send_lock = threading.Lock()
-        self._mailbox_lock = threading.Lock()
-        self._mailboxes: dict[str, Mailbox] = {}
+        self._frames = threading.Condition()  # guards everything below
+        self._mailboxes: dict[str, collections.deque[dict[str, Any] | None]] = {}
         self._ended: str | None = None  # why the pipe ended, once it has
-        self._reading: threading.Thread | None = None
+        self._reader_busy = False  # a supervisor is reading the pipe for everyone
         # The engine's bookkeeping (under the engine's lock):
         self.hosted: set[str] = set()  # placed, not yet done
         self.placed_total = 0
@@ -184,58 +155,91 @@ class ChildProcess:
         with self._send_lock:
             protocol.write_frame(stdin.fileno(), message, REQUEST_FRAME_BYTES_MAX)
 
-    # ----- after ready: one reader thread, one mailbox per execution ---------------------
+    # ----- after ready: the supervisors share the reading, one mailbox per execution -------
 
-    def start_reading(self) -> None:
-        self._reading = threading.Thread(
-            target=self._read_frames, name=f"engine-child-{self.pid}", daemon=True
-        )
-        self._reading.start()
-
-    def mailbox(self, execution_id: str) -> Mailbox:
-        """The execution's mailbox, opened on first use (already ended if the pipe has)."""
-        with self._mailbox_lock:
-            box = self._mailboxes.get(execution_id)
-            if box is None:
-                box = self._mailboxes[execution_id] = Mailbox()
-                if self._ended is not None:
-                    box.end()
-            return box
+    def open_mailbox(self, execution_id: str) -> None:
+        """Frames naming execution_id are kept for it from now on."""
+        with self._frames:
+            self._mailboxes.setdefault(execution_id, collections.deque())
 
     def forget_mailbox(self, execution_id: str) -> None:
-        with self._mailbox_lock:
+        with self._frames:
             self._mailboxes.pop(execution_id, None)
+
+    def wake(self, execution_id: str) -> None:
+        """Make the execution's pending ``receive`` return None once (something to look at)."""
+        with self._frames:
+            box = self._mailboxes.get(execution_id)
+            if box is not None:
+                box.append(None)
+                self._frames.notify_all()
 
     @property
     def ended(self) -> str | None:
         """Why the pipe ended (end of file, a protocol error), or None while it is open."""
-        with self._mailbox_lock:
+        with self._frames:
             return self._ended
 
-    def _read_frames(self) -> None:
-        why = "end of file"
-        try:
-            while True:
-                message = self.read(None)
-                execution_id = message.get("execution_id")
-                if not isinstance(execution_id, str):
-                    raise protocol.ProtocolError(
-                        f"frame {message.get('type')!r} names no execution"
-                    )
-                with self._mailbox_lock:
+    def receive(self, execution_id: str, deadline_monotonic: float) -> dict[str, Any] | None:
+        """The next frame naming execution_id; None when woken (``wake``); FrameTimeout at the
+        deadline; ChildEnded once the pipe ended and nothing is left for it."""
+        while True:
+            with self._frames:
+                while True:
                     box = self._mailboxes.get(execution_id)
-                if box is None:
-                    raise protocol.ProtocolError(f"frame for unknown execution {execution_id!r}")
-                box.put(message)
+                    if box:
+                        return box.popleft()
+                    if self._ended is not None:
+                        raise ChildEnded(self._ended)
+                    if not self._reader_busy:
+                        self._reader_busy = True
+                        break  # this supervisor reads for everyone, outside the lock
+                    remaining = deadline_monotonic - time.monotonic()
+                    if remaining <= 0:
+                        raise protocol.FrameTimeout("no frame before the deadline")
+                    self._frames.wait(remaining)
+            try:
+                mine = self._read_one(execution_id, deadline_monotonic)
+            finally:
+                with self._frames:
+                    self._reader_busy = False
+                    self._frames.notify_all()  # a follower takes the reading over
+            if mine is not None:
+                return mine
+
+    def _read_one(self, execution_id: str, deadline_monotonic: float) -> dict[str, Any] | None:
+        """Read one frame (at most READ_SLICE_SECONDS, so a wake or the deadline is noticed):
+        return it when it is execution_id's, else file it and return None."""
+        slice_end = min(deadline_monotonic, time.monotonic() + READ_SLICE_SECONDS)
+        try:
+            message = self.read(slice_end)
+        except protocol.FrameTimeout:
+            if time.monotonic() >= deadline_monotonic:
+                raise
+            return None
         except protocol.PeerClosed:
-            pass
+            self._end("end of file")
+            return None
         except (protocol.ProtocolError, OSError, ValueError) as exc:
-            why = f"protocol error: {exc}"
-        with self._mailbox_lock:
-            self._ended = why
-            boxes = list(self._mailboxes.values())
-        for box in boxes:
-            box.end()
+            self._end(f"protocol error: {exc}")
+            return None
+        owner = message.get("execution_id")
+        if owner == execution_id:
+            return message
+        with self._frames:
+            box = self._mailboxes.get(owner) if isinstance(owner, str) else None
+            if box is not None:
+                box.append(message)
+                self._frames.notify_all()
+                return None
+        self._end(f"protocol error: frame {message.get('type')!r} for unknown execution {owner!r}")
+        return None
+
+    def _end(self, why: str) -> None:
+        with self._frames:
+            if self._ended is None:
+                self._ended = why
+            self._frames.notify_all()
 
     def alive(self) -> bool:
         return self._popen.poll() is None
@@ -269,16 +273,8 @@ class ChildProcess:
             return ""
 
     def close(self) -> None:
-        """Release the pipes and the stderr file (after reaping). The reader thread is joined
-        first — the reaped child's end is closed, so it sees end of file at once — so its
-        descriptor is never closed (and perhaps reused) under it."""
-        streams: list[Any] = [self._popen.stdin, self._stderr_file]
-        reading = self._reading
-        if reading is not None and reading is not threading.current_thread():
-            reading.join(READER_JOIN_SECONDS)
-        if reading is None or not reading.is_alive():
-            streams.append(self._popen.stdout)
-        for stream in streams:
+        """Release the pipes and the stderr file (after reaping, when no supervisor reads)."""
+        for stream in (self._popen.stdin, self._popen.stdout, self._stderr_file):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()

@@ -26,8 +26,8 @@ facts about mini-racer 0.14 shape this module:
   of the isolate. ``dispose`` does that, then stops and joins the loop thread, then checks that
   the isolate's pump thread is gone from ``/proc/self/task``: only then does it answer True.
   The pump thread is found at creation: the creating thread names itself with a unique marker
-  (``prctl(PR_SET_NAME)``), threads inherit the name of the thread that creates them, and the
-  marked thread that is not the loop thread is the pump.
+  (``prctl(PR_SET_NAME)``), threads inherit the name of the thread that creates them, and of
+  the two marked threads the one Python knows is the loop thread, the other the pump.
 
 These use a few private names of mini-racer's ``Context`` (``_register_js_notification``,
 ``_run_cancelable_mr_task``, ``_python_to_value_handle``, ``_dll``, ``_ctx``); pyproject pins
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import ctypes
 import itertools
 import os
@@ -68,11 +69,14 @@ def initialise_v8() -> None:
     init_mini_racer(ignore_duplicate_init=True)
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
 def _thread_name(value: bytes | None = None) -> bytes:
     """The calling thread's name (Linux ``comm``); set it first when value is given."""
-    if not sys.platform.startswith("linux"):
+    libc = _LIBC
+    if libc is None:
         return b""
-    libc = ctypes.CDLL(None, use_errno=True)
     if value is not None:
         libc.prctl(PR_SET_NAME, ctypes.c_char_p(value[:THREAD_NAME_BYTES_MAX]), 0, 0, 0)
     buffer = ctypes.create_string_buffer(THREAD_NAME_BYTES_MAX + 1)
@@ -113,10 +117,14 @@ class Isolate:
                 _thread_name(own_name)
         self._ctx = self._racer._ctx
         self._loop = self._ctx.event_loop
-        self.loop_thread_id = self._on_loop(threading.get_native_id).result(10)
-        pumps = _threads_named(marker) - {self.loop_thread_id}
-        if len(pumps) != 1:
-            raise IsolateError(f"cannot tell the isolate's pump thread among {sorted(pumps)}")
+        # Both new threads carry the marker: the loop thread is the Python one.
+        marked = _threads_named(marker)
+        python_threads = {thread.native_id for thread in threading.enumerate()}
+        loops = marked & python_threads
+        pumps = marked - python_threads
+        if len(loops) != 1 or len(pumps) != 1:
+            raise IsolateError(f"cannot tell the isolate's threads among {sorted(marked)}")
+        self.loop_thread_id = loops.pop()
         self.pump_thread_id = pumps.pop()
         self._bell: Callable[[], None] | None = None
         self._doorbell_cm = self._ctx._register_js_notification(self._ring)
@@ -128,12 +136,6 @@ class Isolate:
         self._disposed = False
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
         self._outstanding_lock = threading.Lock()
-
-    def _on_loop(self, function: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        async def call() -> Any:
-            return function()
-
-        return asyncio.run_coroutine_threadsafe(call(), self._loop)
 
     def _ring(self, _arguments: object) -> None:
         bell = self._bell
@@ -198,22 +200,25 @@ class Isolate:
         self._bell = None
         deadline = time.monotonic() + timeout_seconds
         ctx = self._ctx
-        # Free first: it terminates JavaScript spinning outside any task of ours. Then close():
-        # stop the loop, join its thread, and free again (a no-op for a freed context).
+        # Free first: it terminates JavaScript spinning outside any task of ours.
         ctx._dll.mr_free_context(ctx._ctx)
         self._functions.clear()
         self._no_arguments = None  # type: ignore[assignment]
-        closer = threading.Thread(target=self._racer.close, name="isolate-close", daemon=True)
-        closer.start()
-        closer.join(max(0.0, deadline - time.monotonic()))
+        # Then stop the loop. It never blocks on the isolate (module doc); a marker it runs
+        # proves it is turning, so close() — stop, an unbounded join of its thread — is prompt.
+        turning = threading.Event()
+        with contextlib.suppress(RuntimeError):  # closed already: nothing will set it
+            self._loop.call_soon_threadsafe(turning.set)
+        stopped = turning.wait(max(0.0, deadline - time.monotonic()))
         # Calls still outstanding can never be answered now (their loop is gone): end them, so
         # nobody waits on them forever.
         with self._outstanding_lock:
             outstanding = list(self._outstanding)
         for future in outstanding:
             future.cancel()
-        if closer.is_alive():
+        if not stopped:
             return False
+        self._racer.close()  # stops the loop, joins its thread, frees again (a no-op)
         # A joined Python thread may linger in /proc for a moment after it released its lock.
         gone = _wait_thread_gone(self.pump_thread_id, deadline) and _wait_thread_gone(
             self.loop_thread_id, deadline
@@ -225,10 +230,10 @@ def _wait_thread_gone(native_id: int, deadline_monotonic: float) -> bool:
     """True once the thread has exited. The pump thread is joined inside the context's
     destructor, normally before mr_free_context returns; a short bounded wait covers the case
     where another thread held the last reference and ran the destructor instead."""
-    pause = 0.001
+    pause = 0.0001
     while thread_alive(native_id):
         if time.monotonic() >= deadline_monotonic:
             return False
         time.sleep(pause)  # no event tells us a foreign thread exited
-        pause = min(pause * 2, 0.05)
+        pause = min(pause * 2, 0.01)
     return True
