@@ -37,8 +37,9 @@ from appliance.core.errors import InvalidConfig
 from appliance.core.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
 
 WORKER_CONFIG_ENV: Final = "MCP_SCHEDULED_WORKER_CONFIG"
-# Waiting is not working (issue 32): 64 executions awaiting responses fit in 4 children.
-EXECUTIONS_PER_CHILD_DEFAULT: Final = 16
+# Waiting is not working (issue 32): 64 executions awaiting responses fit in 2 children (and a
+# warm one); a V8 abort takes down at most this many (docs/engine.md, "Waiting is not working").
+EXECUTIONS_PER_CHILD_DEFAULT: Final = 32
 EXECUTIONS_PER_CHILD_MAX: Final = 64
 WORKER_CONFIG_BYTES_MAX: Final = 1024 * 1024
 ADMISSION_URLS_MAX: Final = 16

@@ -57,6 +57,7 @@ from appliance.engine.children import Children
 from appliance.engine.clock import Clock
 from appliance.engine.model import (
     ERROR_LIMIT_BYTES,
+    OUTPUT_GRACE_SECONDS,
     REASON_CANCELLED,
     REASON_CHILD_DIED,
     REASON_CHILD_START,
@@ -71,7 +72,6 @@ from appliance.engine.model import (
 from appliance.engine.pool import Execution, PoolEngine, check_positive, check_range
 from appliance.engine.process import ChildEnded, ChildProcess, ChildStartError, describe_exit
 from appliance.engine.protocol import truncate_utf8
-from appliance.engine.sandbox import OUTPUT_GRACE_SECONDS
 from appliance.engine.text import JSON_DEPTH_MAX, TooDeep, well_formed_json
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,10 @@ from typing import Any
 
 from appliance.engine import protocol
 from appliance.engine.model import (
+    DISPOSE_SECONDS_DEFAULT,
     ERROR_LIMIT_BYTES,
     MIB,
+    OUTPUT_GRACE_SECONDS,
     REASON_CANCELLED,
     REASON_EXCEPTION,
     REASON_OUT_OF_MEMORY,
@@ -52,10 +54,6 @@ from appliance.engine.protocol import truncate_utf8
 from appliance.engine.text import well_formed
 from appliance.engine.v8 import Isolate
 
-# How long a timed-out or out-of-memory script gets to hand over its last console text.
-OUTPUT_GRACE_SECONDS = 0.25
-# How long disposing of everything an execution started may take before it counts as unproved.
-DISPOSE_SECONDS = 2.0
 # How often the driver looks at the heap flag when nothing else wakes it: an out-of-memory
 # termination inside a timer or a promise reaction tells nobody.
 HEAP_POLL_SECONDS = 0.1
@@ -78,7 +76,9 @@ class Sandbox:
         self.heap_bytes = int(request["heap_mb"]) * MIB
         dispose = request.get("dispose_seconds")
         self._dispose_seconds = (
-            float(dispose) if isinstance(dispose, int | float) and dispose > 0 else DISPOSE_SECONDS
+            float(dispose)
+            if isinstance(dispose, int | float) and dispose > 0
+            else DISPOSE_SECONDS_DEFAULT
         )
         self._request = request
         self._isolate = isolate

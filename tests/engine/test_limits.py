@@ -13,12 +13,12 @@ from appliance.engine.model import (
     CODE_BYTES_MAX,
     HEAP_MB_MAX,
     HEAP_MB_MIN,
+    OUTPUT_GRACE_SECONDS,
     REASON_CHILD_DIED,
     REASON_OUT_OF_MEMORY,
     REASON_TIMEOUT,
     TIMEOUT_SECONDS_MAX,
 )
-from appliance.engine.sandbox import OUTPUT_GRACE_SECONDS
 
 from .conftest import SCHEDULED, RunningWatcher, pid_exists, request, run, submit
 
