@@ -51,6 +51,7 @@ from typing import Any
 
 from appliance.engine.harness import HARNESS_JS
 
+LOOP_ANSWER_SECONDS = 10.0
 PR_SET_NAME = 15
 PR_GET_NAME = 16
 THREAD_NAME_BYTES_MAX = 15
@@ -117,12 +118,20 @@ class Isolate:
                 _thread_name(own_name)
         self._ctx = self._racer._ctx
         self._loop = self._ctx.event_loop
-        # Both new threads carry the marker: the loop thread is the Python one.
+        # Both new threads carry the marker: the loop thread is the one Python started (asked on
+        # the loop itself when that does not settle it: a native thread that ran Python code
+        # may be known to ``threading`` too).
         marked = _threads_named(marker)
-        python_threads = {thread.native_id for thread in threading.enumerate()}
-        loops = marked & python_threads
-        pumps = marked - python_threads
-        if len(loops) != 1 or len(pumps) != 1:
+        started = {
+            thread.native_id
+            for thread in threading.enumerate()
+            if not isinstance(thread, threading._DummyThread)
+        }
+        loops = marked & started
+        if len(loops) != 1:
+            loops = {self._on_loop(threading.get_native_id).result(LOOP_ANSWER_SECONDS)}
+        pumps = marked - loops
+        if not loops <= marked or len(pumps) != 1:
             raise IsolateError(f"cannot tell the isolate's threads among {sorted(marked)}")
         self.loop_thread_id = loops.pop()
         self.pump_thread_id = pumps.pop()
@@ -136,6 +145,12 @@ class Isolate:
         self._disposed = False
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
         self._outstanding_lock = threading.Lock()
+
+    def _on_loop(self, function: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        async def call() -> Any:
+            return function()
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop)
 
     def _ring(self, _arguments: object) -> None:
         bell = self._bell

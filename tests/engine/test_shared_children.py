@@ -96,16 +96,22 @@ def test_a_cancel_of_the_only_execution_in_a_child_reaps_the_child(shared: Engin
 def test_cancelled_is_reported_only_after_the_stop_was_confirmed(
     make_engine: Callable[..., Engine],
 ) -> None:
-    # A stop the child does not confirm in time is backed by reaping the child instead.
+    # A stop the child does not confirm in time (here: it is stopped and cannot answer) is
+    # backed by reaping the child instead.
+    import os
+    import signal
+
     engine = make_engine(
         max_concurrent=2,
         max_queued=0,
         warm_children=2,
         executions_per_child=2,
-        stop_grace_seconds=0.001,
+        stop_grace_seconds=0.5,
     )
     ids = started_together(engine, ["for (;;) {}", "for (;;) {}"], timeout_seconds=30)
     pid = engine.status(ids[0]).pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
     seen: list[bool] = []
     engine.add_listener(
         lambda r: (
