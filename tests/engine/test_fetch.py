@@ -18,7 +18,7 @@ from appliance.config.egress import EGRESS_RULE
 from appliance.core.schema import INVALID, validate
 from appliance.egress.handoff import EgressHandoff, prepare_egress
 from appliance.engine import Engine, ExecutionStatus
-from appliance.engine.model import REASON_TIMEOUT
+from appliance.engine.model import REASON_OUT_OF_MEMORY, REASON_TIMEOUT
 from tests.egress.target_server import TargetServer
 
 from .conftest import SCHEDULED, RunningWatcher, pid_exists, run, submit
@@ -345,3 +345,24 @@ def test_scripts_sharing_a_child_see_neither_each_others_requests_nor_responses(
     reports = [engine.wait(i, 20) for i in ids]
     assert [r.result for r in reports] == [["/echo/1", 1, "undefined"], ["/echo/2", 2, "undefined"]]
     assert [len(r.egress["requests"]) for r in reports if r.egress] == [1, 1]
+
+
+def test_out_of_memory_aborts_a_request_in_flight(
+    fetching: Callable[..., Engine], target: TargetServer
+) -> None:
+    engine = fetching()
+    code = f"""
+        fetch({json.dumps(target.url("/hold"))});
+        new Promise(r => setTimeout(() => {{
+            const keep = []; for (;;) keep.push(new Array(1e5).fill(0.5));
+        }}, 1500))
+    """
+    # A neighbour keeps the child alive: the connection is closed by the attempt's own end.
+    neighbour = submit(engine, "new Promise(r => setTimeout(() => r('ok'), 4000))")
+    submitted = submit(engine, code, heap_mb=32, timeout_seconds=30)
+    assert target.holding.wait(20), "the request never reached the server"
+    report = engine.wait(submitted.execution_id, 30)
+    assert report.status is ExecutionStatus.FAILED and report.reason == REASON_OUT_OF_MEMORY
+    assert target.closed_by_client.wait(10), "the request outlived its attempt"
+    assert report.pid is not None and pid_exists(report.pid)  # the child was not killed for it
+    assert engine.wait(neighbour.execution_id, 20).result == "ok"
