@@ -143,7 +143,7 @@ class ChildProcess:
         return self._rss_bytes_last - (self._rss_bytes_first or self._rss_bytes_last)
 
     def read(self, deadline_monotonic: float | None) -> dict[str, Any]:
-        """One frame, before ``start_reading`` (the ready frame)."""
+        """One frame from the pipe: the ready frame, then whichever frame comes (``receive``)."""
         if self._reader is None:
             raise ChildStartError("child has no reader")
         return self._reader.read(deadline_monotonic)
