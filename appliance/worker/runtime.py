@@ -155,6 +155,7 @@ class Worker:
             output_limit_bytes=config.engine.output_limit_bytes,
             clock=self.clock,
             on_child_spawned=pid_file.record,
+            executions_per_child=config.engine.executions_per_child,
             **egress_option,
         )
         holder["engine"] = self.engine
