@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from appliance.config.urls import Origin
-from appliance.engine.text import well_formed
+from appliance.script_text import well_formed
 
 POLICY_PACKAGE: Final = "appliance.egress"
 POLICY_QUERY: Final = "data.appliance.egress"

@@ -72,7 +72,7 @@ from appliance.engine.model import (
 from appliance.engine.pool import Execution, PoolEngine, check_positive, check_range
 from appliance.engine.process import ChildEnded, ChildProcess, ChildStartError, describe_exit
 from appliance.engine.protocol import truncate_utf8
-from appliance.engine.text import JSON_DEPTH_MAX, TooDeep, well_formed_json
+from appliance.script_text import JSON_DEPTH_MAX, TooDeep, well_formed_json
 
 log = logging.getLogger(__name__)
 

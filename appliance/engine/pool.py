@@ -53,7 +53,7 @@ from appliance.engine.model import (
     UnknownExecution,
 )
 from appliance.engine.protocol import truncate_utf8
-from appliance.engine.text import TooDeep, well_formed, well_formed_json
+from appliance.script_text import TooDeep, well_formed, well_formed_json
 
 log = logging.getLogger(__name__)
 

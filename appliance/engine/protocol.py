@@ -36,7 +36,7 @@ import struct
 import time
 from typing import Any
 
-from appliance.engine.text import well_formed, well_formed_json
+from appliance.script_text import well_formed, well_formed_json
 
 PROTOCOL_VERSION = 3
 

@@ -51,8 +51,8 @@ from appliance.engine.model import (
 )
 from appliance.engine.procstat import rss_bytes
 from appliance.engine.protocol import truncate_utf8
-from appliance.engine.text import well_formed
 from appliance.engine.v8 import Isolate
+from appliance.script_text import well_formed
 
 # How often the driver looks at the heap flag when nothing else wakes it: an out-of-memory
 # termination inside a timer or a promise reaction tells nobody.

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from appliance.core.canonical import canonical_json
-from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
 from appliance.protocol import v1
 from appliance.protocol.v1 import Invocation
+from appliance.script_text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
 from appliance.store.errors import WorkerRecordRefused
 
 EXECUTION_OUTPUT_BYTES_MAX: Final = 256 * 1024
@@ -282,7 +282,7 @@ def checked_progress(
 ) -> ExecutionProgress:
     """``ValueError`` for a status that is not progress or an output over
     ``EXECUTION_OUTPUT_BYTES_MAX``. Strings in ``result`` and ``error`` get the engine's encoding
-    rule (lone surrogates become U+FFFD, appliance/engine/text.py), so a record always encodes;
+    rule (lone surrogates become U+FFFD, appliance/script_text.py), so a record always encodes;
     a result nested deeper than ``STORED_JSON_DEPTH_MAX`` raises ``TooDeep`` (a ValueError), and
     one that is not JSON is refused here, before anything is written."""
     if status not in EXECUTION_STATUSES or status == "submitted":

@@ -9,7 +9,7 @@ import pytest
 from appliance.engine import Engine, ExecutionStatus
 from appliance.engine.model import ERROR_LIMIT_BYTES, REASON_EXCEPTION
 from appliance.engine.protocol import encode_frame, truncate_utf8
-from appliance.engine.text import JSON_DEPTH_MAX, well_formed
+from appliance.script_text import JSON_DEPTH_MAX, well_formed
 
 from .conftest import run
 

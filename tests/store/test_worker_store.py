@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from appliance.engine.text import STORED_JSON_DEPTH_MAX, TooDeep
 from appliance.protocol.v1 import ID_MAX, check_invocation_key
+from appliance.script_text import STORED_JSON_DEPTH_MAX, TooDeep
 from appliance.store.errors import StoreCorrupt, WorkerRecordRefused
 from appliance.store.versions import WORKER_FILE_NAME
 from appliance.store.worker_store import EXECUTION_OUTPUT_BYTES_MAX, Invocation, WorkerStore

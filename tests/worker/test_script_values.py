@@ -5,7 +5,7 @@ A real worker process covers the named cases (a lone surrogate result, log and t
 a zero, negative or missing delay). The property test drives the worker service in-process with
 its real parts (a real engine with a reused child, the store on disk, the permit round trip to a
 local admission peer) and checks, for generated JavaScript values, that the execution completes
-with exactly the value the encoding rule (appliance/engine/text.py) predicts, in the store and
+with exactly the value the encoding rule (appliance/script_text.py) predicts, in the store and
 in the answer to ``executions/{id}`` — which must always encode as UTF-8.
 """
 
@@ -24,8 +24,8 @@ from appliance.config.credentials import Secret
 from appliance.config.urls import parse_origin
 from appliance.config.worker import parse_worker_config
 from appliance.engine import Engine, SystemClock
-from appliance.engine.text import JSON_DEPTH_MAX, well_formed
 from appliance.http import HttpClient
+from appliance.script_text import JSON_DEPTH_MAX, well_formed
 from appliance.store.worker_store import Invocation, WorkerStore
 from appliance.worker.admission import AdmissionClient
 from appliance.worker.service import WorkerService
