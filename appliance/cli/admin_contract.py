@@ -1,7 +1,9 @@
-"""``appliance admin renew-grant|amend-remote|amend-limits|add-voter|promote-voter|remove-voter``.
+"""``appliance admin renew-grant|amend-remote|amend-limits|add-worker|drain-worker|undrain-worker|
+remove-worker|add-voter|promote-voter|remove-voter``.
 
-The admin commands of issue 20: the contract amendments and the Raft membership changes. Each
-sends one command of the table (``renew_grant``, ``amend_remote``, ``amend_limits``,
+The admin commands of issues 20 and 33: the contract amendments, the fleet's amendments and the
+Raft membership changes. Each sends one command of the table (``renew_grant``, ``amend_remote``,
+``amend_limits``, ``add_worker``, ``drain_worker``, ``undrain_worker``, ``remove_worker``,
 ``add_voter``, ``promote_voter``, ``remove_voter``) to the management listener with the *admin*
 credential (``management.admin_bearer_env``; the variable
 named by ``--token-env``, default ``MCP_SCHEDULER_ADMIN_TOKEN``), through the same endpoint
@@ -36,6 +38,40 @@ def _renew(parser: argparse.ArgumentParser) -> None:
 def _remote(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", metavar="URL", help="the worker origin, http(s)://host[:port]")
     parser.add_argument("--worker-id", metavar="ID", help="the worker identity to bind claims to")
+
+
+def _label(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _add_worker(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("worker_id", metavar="WORKER_ID", help="the new worker's worker_id")
+    parser.add_argument(
+        "--url", required=True, metavar="URL", help="its origin, http(s)://host[:port]"
+    )
+    parser.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        dest="labels",
+        metavar="NAME=VALUE",
+        help="a placement label (repeat for several)",
+    )
+    parser.add_argument(
+        "--bearer-env", metavar="NAME", help="its worker credential's variable (on every voter)"
+    )
+    parser.add_argument(
+        "--admission-bearer-env",
+        metavar="NAME",
+        help="its own admission credential's variable (on every voter)",
+    )
+
+
+def _worker(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("worker_id", metavar="WORKER_ID", help="a worker of the fleet")
 
 
 def _limits(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +113,15 @@ _SPECS: Final = (
         _remote,
     ),
     ("amend-limits", "amend_limits", "change limits (lowering only when the state fits)", _limits),
+    ("add-worker", "add_worker", "a new worker joins the fleet (issue 33)", _add_worker),
+    ("drain-worker", "drain_worker", "no new placements on a worker; its attempts finish", _worker),
+    ("undrain-worker", "undrain_worker", "a drained worker takes placements again", _worker),
+    (
+        "remove-worker",
+        "remove_worker",
+        "remove a worker from the fleet (refused while attempts bound to it are live)",
+        _worker,
+    ),
     ("add-voter", "add_voter", "a new node joins the Raft configuration as a learner", _add_voter),
     ("promote-voter", "promote_voter", "a caught-up learner becomes a voter", _promote_voter),
     (
@@ -90,6 +135,10 @@ _FIELDS: Final = {
     "renew_grant": ("expires_at", "timeout_seconds", "heap_mb", "session"),
     "amend_remote": ("url", "worker_id"),
     "amend_limits": LIMIT_FLAGS,
+    "add_worker": ("worker_id", "url", "labels", "bearer_env", "admission_bearer_env"),
+    "drain_worker": ("worker_id",),
+    "undrain_worker": ("worker_id",),
+    "remove_worker": ("worker_id",),
     "add_voter": ("id", "address"),
     "promote_voter": ("id",),
     "remove_voter": ("id",),
@@ -106,11 +155,14 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 def command_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The command's fields from the flags given (the ones left out are not sent)."""
-    return {
+    fields = {
         field: getattr(args, field)
         for field in _FIELDS[args.ops_action]
         if getattr(args, field, None) is not None
     }
+    if "labels" in fields:  # --label NAME=VALUE, repeated: one object (the last value wins)
+        fields["labels"] = dict(fields["labels"])
+    return fields
 
 
 def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:

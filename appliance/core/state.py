@@ -106,6 +106,16 @@ from appliance.core.features import (
     command_kind,
     needs_commands_reader,
 )
+from appliance.core.fleet import (
+    AddWorker,
+    DrainWorker,
+    RemoveWorker,
+    UndrainWorker,
+    bound_live_attempts,
+    fleet_state,
+    needs_fleet_reader,
+    workers_in_force,
+)
 from appliance.core.live_code import code_for, record_code
 from appliance.core.observe_claim import ObserveAndClaim, ObservedAndClaimed
 from appliance.core.ownership import (
@@ -213,6 +223,7 @@ __all__ = [
     "_PART_KINDS",
     "AcknowledgeStopped",
     "AcquireOwnership",
+    "AddWorker",
     "AdmissionRecord",
     "AdmissionRefused",
     "Admit",
@@ -240,6 +251,7 @@ __all__ = [
     "CreateSchedule",
     "DeleteSchedule",
     "DisableSchedule",
+    "DrainWorker",
     "DropEvent",
     "DropReason",
     "EnableSchedule",
@@ -270,6 +282,7 @@ __all__ = [
     "PermitExists",
     "Progress",
     "RecordOutcome",
+    "RemoveWorker",
     "RenewGrant",
     "Resume",
     "RetryDue",
@@ -287,6 +300,7 @@ __all__ = [
     "StaleTerm",
     "Takeover",
     "Txn",
+    "UndrainWorker",
     "UnknownNote",
     "UnknownOccurrence",
     "UnknownSchedule",
@@ -298,6 +312,7 @@ __all__ = [
     "binding_for",
     "binding_from_json",
     "binding_to_json",
+    "bound_live_attempts",
     "charging_rules",
     "code_for",
     "command_from_json",
@@ -307,6 +322,7 @@ __all__ = [
     "current_ownership",
     "definition_from_checkpoint",
     "encode_progress",
+    "fleet_state",
     "from_json",
     "invocation_from_json",
     "invocation_to_json",
@@ -316,6 +332,7 @@ __all__ = [
     "needs_cancelling_reader",
     "needs_charging_reader",
     "needs_commands_reader",
+    "needs_fleet_reader",
     "on_retire",
     "paused_since",
     "permit_to_json",
@@ -327,4 +344,5 @@ __all__ = [
     "remote_in_force",
     "render_list",
     "to_json",
+    "workers_in_force",
 ]

@@ -118,6 +118,9 @@ class AdmissionRequest:
     request: int
     binding: Mapping[str, Any]
     incarnation: str
+    # Issue 33: the fleet worker whose own admission credential was presented; None for the
+    # shared one. The owner refuses it for an attempt bound to another worker.
+    caller: str | None = None
 
 
 @dataclass(frozen=True)

@@ -81,7 +81,7 @@ completion that won keeps its result.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -134,8 +134,12 @@ class Owner(RequestDecisions):
         time_scale: float = 1.0,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        check_env: Callable[[str], str | None] | None = None,
     ) -> None:
         super().__init__(state, time_scale, gate)
+        # Why a credential variable an add_worker names cannot serve this voter (the driver
+        # reads its environment); None: not checked (tests, the simulator).
+        self._check_env = check_env
         # The genesis contract's remote and limits; ``cfg`` folds the committed amendments in.
         self._genesis_cfg = cfg
         self._cfg_in_force: tuple[Any, RunnerConfig] = (None, cfg)
@@ -246,7 +250,7 @@ class Owner(RequestDecisions):
         elif isinstance(event, OperatorRequest):
             self._run(self._operator_reply(event.request, event.command), event.request)
         elif isinstance(event, AdmissionRequest):
-            self._admit(event.request, event.binding, event.incarnation)
+            self._admit(event.request, event.binding, event.incarnation, event.caller)
         elif isinstance(event, Drain):
             self._draining = True
             self._emit_log("draining", open_tasks=sum(1 for w in self._work.values() if w.busy))

@@ -41,6 +41,33 @@ S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
+def _admit_error(message: str) -> dict[str, Any]:
+    return {"error": {"code": "binding_mismatch", "message": message}}
+
+
+def admission_caller_refusal(
+    genesis: Any, st: core.SchedulerState, binding: Mapping[str, Any], caller: str | None
+) -> str | None:
+    """Why a permit request may not come from ``caller`` (issue 33): with a fleet worker's own
+    admission credential, the attempt must be bound to that worker; the shared credential is
+    refused for a worker that has its own. The committed claim must name the binding's worker
+    too — the ``Admit`` apply compares every field."""
+    worker_id = binding.get("worker_id") if isinstance(binding, Mapping) else None
+    if caller is not None and worker_id != caller:
+        return (
+            f"binding.worker_id: the admission credential presented is worker {caller}'s; the "
+            f"attempt is bound to {worker_id!r}"
+        )
+    if caller is None and isinstance(worker_id, str):
+        spec = contract_state.remote_in_force(genesis, st).worker(worker_id)
+        if spec is not None and spec.admission_bearer_env is not None:
+            return (
+                f"binding.worker_id: worker {worker_id} has its own admission credential; the "
+                "shared one is refused for its attempts"
+            )
+    return None
+
+
 def list_reply(node_id: str, read: Callable[..., Any]) -> dict[str, Any]:
     """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
     ``read`` (the machine's) takes only the references under its lock; the view is rendered
@@ -58,6 +85,7 @@ class RequestDecisions(PacedDispatch):
     leader_hint: str | None
     _draining: bool
     _admissions: dict[int, tuple[int, Mapping[str, Any]]]  # proposal token -> (request, binding)
+    _check_env: Callable[[str], str | None] | None  # the driver's credential check (fleet_args)
 
     @abstractmethod
     def _rebuild_pulse(self) -> None:
@@ -86,11 +114,23 @@ class RequestDecisions(PacedDispatch):
             }
         }
 
-    def _admit(self, request: int, binding: Mapping[str, Any], incarnation: str) -> None:
+    def _admit(
+        self,
+        request: int,
+        binding: Mapping[str, Any],
+        incarnation: str,
+        caller: str | None = None,
+    ) -> None:
         """Propose ``Admit`` without waiting, so concurrent permit requests share Raft appends;
         the driver may answer a committed outcome at once (``answers_admission``)."""
         if self.epoch is None:
             self._answer_admission(request, binding, self._not_owner_answer("not the owner"))
+            return
+        refusal = self._read(
+            lambda st: admission_caller_refusal(self._genesis_cfg.remote, st, binding, caller)
+        )
+        if refusal is not None:  # definite, nothing proposed (issue 33: the caller's worker)
+            self._answer_admission(request, binding, (403, _admit_error(refusal)))
             return
         command = ownership.admit_command(binding, incarnation, self._now_s())
         if isinstance(command, tuple):  # a definite refusal before any proposal
@@ -236,8 +276,10 @@ class RequestDecisions(PacedDispatch):
     def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action, args = command.action, command.args
         if action in ADMIN_ACTIONS:  # a contract amendment: its base and normalized values
+            genesis, check_env = self._genesis_cfg.remote, self._check_env
             command = OperatorCommand(
-                action, self._read(lambda st: amendment_args(action, args, st))
+                action,
+                self._read(lambda st: amendment_args(action, args, st, genesis, check_env)),
             )
         cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
         try:

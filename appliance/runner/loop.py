@@ -256,11 +256,15 @@ class Runner:
             self.log.emit("list_failed", error=repr(exc))
             return error_reply(503, "unavailable", "the runner could not render its local view")
 
-    def admit(self, binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
-        """The admission route's call: (HTTP status, body without the protocol field)."""
+    def admit(
+        self, binding: dict[str, Any], incarnation: str, caller: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        """The admission route's call: (HTTP status, body without the protocol field).
+        ``caller``: the fleet worker whose own admission credential was presented (issue 33)."""
         try:
             return self._call(  # type: ignore[no-any-return]
-                lambda r: AdmissionRequest(r, binding, incarnation), ADMIT_REPLY_TIMEOUT_S
+                lambda r: AdmissionRequest(r, binding, incarnation, caller),
+                ADMIT_REPLY_TIMEOUT_S,
             )
         except Exception:  # a timeout, or a failure inside the loop: a permit may exist
             return 503, {"error": {"code": "uncertain", "message": "no answer in time"}}

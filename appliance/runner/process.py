@@ -156,13 +156,8 @@ class RunnerProcess:
             log=DecisionLogTee(log, self.metrics),
             gate=self.member.capabilities.refusal,
         )
-        known = {
-            "admission": credentials.admission,
-            "cluster": credentials.cluster,
-            "worker": credentials.worker,
-            "operator": credentials.operator,
-            "recovery": credentials.recovery,
-        }
+        # Every credential this voter knows (a fleet worker's own too), by role.
+        known = credentials.known_roles()
         self.admission = admission_server(
             self.runner.admit,
             known,
