@@ -72,9 +72,7 @@ class RunnerCredentials:
             "admin": self.admin,
         }
         roles.update({f"{WORKER_ROLE_PREFIX}{w}": s for w, s in sorted(self.workers.items())})
-        roles.update(
-            {f"{ADMISSION_ROLE_PREFIX}{w}": s for w, s in sorted(self.admissions.items())}
-        )
+        roles.update({f"{ADMISSION_ROLE_PREFIX}{w}": s for w, s in sorted(self.admissions.items())})
         return roles
 
 
