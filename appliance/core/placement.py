@@ -14,7 +14,9 @@ Each candidate is either *rejected*, with every reason that applies (a label it 
 with another value, draining, unreachable), or *evaluated*: ``preferred`` (the ``prefer`` pairs it
 matches) and ``free_bp`` (the places left after this attempt, in basis points of its capacity; an
 unstated capacity counts as one place, the probe the owner sends before a worker stated anything).
-The decision takes, in order: a worker with a free place before a full one (a full worker is not
+The decision takes, in order: a worker whose last call was answered before one whose last call
+failed (``failing``: not unreachable yet, see appliance/owner/fleet.py), a worker with a free
+place before a full one (a full worker is not
 rejected — the attempt then waits for its capacity there, as with a single worker), more
 preferred pairs, more free room, then the smallest ``worker_id`` — a stable order, so the same
 inputs give the same choice and the same explanation, whatever order the candidates came in.
@@ -46,8 +48,8 @@ LABEL_VALUE_SAYS: Final = "1 to 63 characters of A-Z a-z 0-9 _ . - starting with
 CANDIDATES_MAX: Final = 64  # the fleet's own limit (remote.workers: 1-64 entries)
 SCORE_SCALE: Final = 10_000  # basis points
 TIE_BREAK_RULE: Final = (
-    "a free place first, then more preferred labels, then more free room, then the smallest "
-    "worker_id"
+    "an answering worker first, then a free place, then more preferred labels, then more free "
+    "room, then the smallest worker_id"
 )
 
 ACTIVE: Final = "active"
@@ -154,6 +156,7 @@ class Candidate:
     status: str = ACTIVE  # one of STATUSES
     places: int | None = None  # stated max_concurrent + max_queued; None: not stated yet
     in_flight: int = 0  # this owner's attempts that hold (or wait for) a place there
+    failing: bool = False  # its last call failed (not unreachable yet): chosen last
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,7 @@ class Rejection:
 @dataclass(frozen=True)
 class Evaluation:
     worker_id: str
+    failing: bool
     has_room: bool
     preferred: int
     free_bp: int
@@ -202,7 +206,9 @@ def place(rules: PlacementRules, candidates: Iterable[Candidate]) -> PlacementDe
             rejections.append(Rejection(candidate.worker_id, reasons))
         else:
             evaluations.append(_evaluate(rules, candidate))
-    evaluations.sort(key=lambda e: (not e.has_room, -e.preferred, -e.free_bp, e.worker_id))
+    evaluations.sort(
+        key=lambda e: (e.failing, not e.has_room, -e.preferred, -e.free_bp, e.worker_id)
+    )
     if not evaluations:
         reason = _no_worker(rules, rejections)
         return PlacementDecision(None, (), tuple(rejections), reason, reason)
@@ -214,7 +220,8 @@ def place(rules: PlacementRules, candidates: Iterable[Candidate]) -> PlacementDe
     tied = [
         e.worker_id
         for e in evaluations
-        if (e.has_room, e.preferred, e.free_bp) == (best.has_room, best.preferred, best.free_bp)
+        if (e.failing, e.has_room, e.preferred, e.free_bp)
+        == (best.failing, best.has_room, best.preferred, best.free_bp)
     ]
     if len(tied) > 1:
         explanation += f"; tie between {', '.join(tied)} broken by the smallest worker_id"
@@ -242,7 +249,7 @@ def _evaluate(rules: PlacementRules, candidate: Candidate) -> Evaluation:
     preferred = sum(1 for key, want in rules.prefer if have.get(key) == want)
     places = 1 if candidate.places is None else max(candidate.places, 1)
     free_after = places - candidate.in_flight - 1
-    free_bp = max(free_after, -places) * SCORE_SCALE // places
+    free_bp = free_after * SCORE_SCALE // places  # below 0 when full: the least loaded wins
     stated = "not stated" if candidate.places is None else f"{candidate.places} places"
     explanation = (
         f"{candidate.in_flight} in flight, capacity {stated}, "
@@ -250,7 +257,11 @@ def _evaluate(rules: PlacementRules, candidate: Candidate) -> Evaluation:
     )
     if rules.prefer:
         explanation += f", {preferred} of {len(rules.prefer)} preferred labels"
-    return Evaluation(candidate.worker_id, free_after >= 0, preferred, free_bp, explanation)
+    if candidate.failing:
+        explanation += ", its last call failed"
+    return Evaluation(
+        candidate.worker_id, candidate.failing, free_after >= 0, preferred, free_bp, explanation
+    )
 
 
 def _no_worker(rules: PlacementRules, rejections: list[Rejection]) -> str:

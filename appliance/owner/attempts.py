@@ -188,6 +188,9 @@ class AttemptDecisions(SerialCore):
             )
         )
 
+    def _heard(self, worker_id: str, result: Any) -> None:
+        """Whether the worker answered (per worker: appliance/owner/pacing.py overrides)."""
+
     def _execution_id(self, work: Work) -> str:
         return execution_id(work.binding["schedule_id"], work.occurrence_id, work.attempt)
 
@@ -281,7 +284,8 @@ class AttemptDecisions(SerialCore):
                 self._look_in(work, max(OBSERVE_FIRST_POLL_S, left_s / self.time_scale))
                 return
         eid = self._execution_id(work)
-        self._spawn(work, lambda token: ObserveRequest(token, eid))
+        worker = work.binding.get("worker_id")
+        self._spawn(work, lambda token: ObserveRequest(token, eid, worker_id=worker))
 
     def _observed(self, work: Work, result: ObserveResult | Exception) -> Chain[None]:
         """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
@@ -453,6 +457,7 @@ class AttemptDecisions(SerialCore):
         """The cancellation's answer: Cancelled only on a confirmed stop; a fence before consume
         returns the attempt; a completion that won keeps its result; else ask again."""
         work.busy = False
+        self._heard(str(work.binding.get("worker_id", "")), result)
         record = self._current(work)
         if record is None or record.state is not S.CANCELLING:
             self._forget(work)

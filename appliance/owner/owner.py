@@ -81,6 +81,7 @@ completion that won keeps its result.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -116,8 +117,8 @@ from appliance.owner.events import (
     Tick,
     TimerFired,
 )
+from appliance.owner.fleet_decisions import FleetDecisions
 from appliance.owner.queue import QueueView
-from appliance.owner.requests import RequestDecisions
 from appliance.owner.serial import Chain, Gate, NotOwner, StateReader, Uncertain
 
 __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
@@ -125,7 +126,7 @@ __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
 S = OccurrenceState
 
 
-class Owner(RequestDecisions):
+class Owner(FleetDecisions):
     def __init__(
         self,
         *,
@@ -256,6 +257,8 @@ class Owner(RequestDecisions):
             self._emit_log("draining", open_tasks=sum(1 for w in self._work.values() if w.busy))
 
     def _worker_answered(self, event: ExecAnswered | ObserveAnswered | CancelAnswered) -> None:
+        if self._probe_answered(event):  # a fleet probe (appliance/owner/fleet_decisions.py)
+            return
         work = self._tasks.pop(event.token, None)
         if work is None:
             return
@@ -296,6 +299,11 @@ class Owner(RequestDecisions):
         self._pulse = None
         self._work.clear()
         self._queue.clear()
+        # The fleet's knowledge is this owner's: the next one learns again (owner/fleet.py).
+        self._fleet.clear()
+        self._placement_waits.clear()
+        self._fleet_ticks += 1  # stops the fleet timer
+        self._fleet_ticking = False
 
     def _acquire(self) -> Chain[None]:
         """Barrier, then commit the ownership transition; only then schedule."""
@@ -424,6 +432,7 @@ class Owner(RequestDecisions):
     # ---- scheduling: pulse, retry-due, claims ------------------------------------------------
 
     def _schedule(self) -> Chain[None]:
+        self._start_fleet_ticks()  # once the fleet has two workers (an add_worker, a takeover)
         now_s = max(self._now_s(), self._last_observe_s)  # a clock step back observes nothing new
         self._last_observe_s = now_s
         try:
@@ -489,11 +498,12 @@ class Owner(RequestDecisions):
         claim now (the same gates as ``_claim_ready``)."""
         if not self._may_claim(now_s) or self.epoch is None:
             return None
+        worker = self._fold_worker()  # one worker for every claim: only a fleet of one
+        if worker is None:
+            return None
         remote = self.cfg.remote
         authority = core.Authority(**authority_of(remote))
-        return core.ObserveAndClaim(
-            observe, self.epoch, remote.namespace, remote.worker_id, authority
-        )
+        return core.ObserveAndClaim(observe, self.epoch, remote.namespace, worker, authority)
 
     def _dispatch_claimed(self, record: Any) -> None:
         """Dispatch a claim this owner just committed (its committed binding, its code)."""
@@ -509,6 +519,7 @@ class Owner(RequestDecisions):
             schedule=record.schedule_id,
             attempt=record.attempt,
             epoch=self.epoch,
+            worker=binding["worker_id"],
             late_ms=self._late_ms(record.due_s),
         )
         self._start_exec(record, binding, code)
@@ -530,6 +541,7 @@ class Owner(RequestDecisions):
             return
         epoch = self.epoch
         planned: list[tuple[Any, Any, dict[str, Any]]] = []
+        load: Counter[str] = Counter()  # this pass's claims per worker (placement's load)
         for oid, attempt in self._read(claimable):
             record, schedule = self._read(
                 lambda st, oid=oid: (
@@ -542,6 +554,9 @@ class Owner(RequestDecisions):
             code = self._code_of(oid)
             if record is None or schedule is None or code is None:
                 continue
+            worker = self._choose_worker(oid, schedule.definition.placement, load)
+            if worker is None:
+                continue  # no worker may run it now: it waits Pending, its reason in status
             binding = make_binding(
                 self.cfg.remote,
                 schedule_id=schedule.id,
@@ -552,6 +567,7 @@ class Owner(RequestDecisions):
                 epoch=epoch,
                 code=code,
                 due_s=record.due_s,
+                worker_id=worker,
             )
             planned.append((record, code, binding))
         commands = [ownership.claim_command(r, b, now_s) for r, _, b in planned]
@@ -575,6 +591,7 @@ class Owner(RequestDecisions):
                 schedule=record.schedule_id,
                 attempt=attempt,
                 epoch=self.epoch,
+                worker=binding["worker_id"],
                 late_ms=self._late_ms(record.due_s),
             )
             self._start_exec(record, binding, code)

@@ -60,42 +60,72 @@ from appliance.core import state as core
 from appliance.owner.applied import Accepted, Refused
 from appliance.owner.attempts import AttemptDecisions, Work
 from appliance.owner.events import DispatchRequest, Effect, Propose
+from appliance.owner.fleet import PACING_OFF, PACING_PACED, PACING_PROBE, Fleet
 from appliance.owner.serial import Chain, NotOwner, Uncertain
-from appliance.owner.worker_answers import Capacity, ExecResult, ObserveResult
+from appliance.owner.worker_answers import Capacity, ExecResult, ObserveResult, reached
 
-PACING_PROBE: Final = "probe"  # nothing stated yet: one exec unanswered at a time
-PACING_PACED: Final = "paced"
-PACING_OFF: Final = "off"  # an older worker: no capacity stated, dispatch as before
 STILL_HELD: Final = frozenset({"running", "reserved"})  # an Unknown that may hold a slot
+__all__ = ["PACING_OFF", "PACING_PACED", "PACING_PROBE", "STILL_HELD", "PacedDispatch"]
+
+
+def worker_of(work: Work) -> str:
+    """The fleet worker ``work``'s claim binds (issue 33): its pacing is that worker's."""
+    return str(work.binding.get("worker_id", ""))
 
 
 class PacedDispatch(AttemptDecisions):
+    """Paced dispatch, per worker of the fleet (issue 33: each worker states its own capacity,
+    appliance/owner/fleet.py keeps what each said). ``worker_id`` None in the queries below means
+    the whole fleet (a count) or, for a fleet of one, its only worker (room, window)."""
+
     _draining: bool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._pacing = PACING_PROBE
-        self._capacity: Capacity | None = None
+        self._fleet = Fleet(self.time_scale)
         self._waiting: dict[int, Work] = {}  # occurrence id -> claimed, unsent (FIFO)
         self._to_note: list[Work] = []
         self._notes: dict[int, tuple[tuple[int, int], ...]] = {}  # proposal token -> attempts
         self._outcomes: dict[int, tuple[str, dict[str, Any]]] = {}  # token -> its log event
         self.capacity_waits_total = 0  # attempts that waited (the metric's counter)
 
+    def _fleet_ids(self) -> list[str]:
+        return [w.worker_id for w in self.cfg.remote.fleet]
+
+    def _only_worker(self) -> str:
+        """The worker the fleet-wide queries below mean: the first of the fleet in force."""
+        ids = self._fleet_ids()
+        return ids[0] if ids else ""
+
+    @property
+    def _pacing(self) -> str:
+        """The pacing mode of the (first) worker: what a fleet of one paces by."""
+        return self._fleet.pace(self._only_worker()).mode
+
+    @property
+    def _capacity(self) -> Capacity | None:
+        return self._fleet.pace(self._only_worker()).capacity
+
     # ---- what status and the metrics read ----------------------------------------------------
 
-    def waiting_for_capacity(self) -> int:
-        return len(self._waiting)
+    def waiting_for_capacity(self, worker_id: str | None = None) -> int:
+        return sum(1 for w in self._waiting.values() if worker_id in (None, worker_of(w)))
 
-    def in_flight(self) -> int:
-        return sum(1 for w in self._work.values() if not w.unsent and not w.parked)
+    def in_flight(self, worker_id: str | None = None) -> int:
+        return sum(
+            1
+            for w in self._work.values()
+            if not w.unsent and not w.parked and worker_id in (None, worker_of(w))
+        )
 
-    def execs_outstanding(self) -> int:
+    def execs_outstanding(self, worker_id: str | None = None) -> int:
         """Exec requests sent and not answered yet (the worker's statement may not count them)."""
-        return sum(1 for w in self._work.values() if w.exec_out)
+        return sum(
+            1 for w in self._work.values() if w.exec_out and worker_id in (None, worker_of(w))
+        )
 
-    def room(self) -> int | None:
-        """How many more attempts may be sent now; None: no bound (pacing off).
+    def room(self, worker_id: str | None = None) -> int | None:
+        """How many more attempts may be sent to the worker now; None: no bound (pacing off).
 
         The owner's own count bounds it (``window - in_flight``), and so does the worker's
         latest statement less the execs not answered since (``free - outstanding``): whichever
@@ -103,23 +133,27 @@ class PacedDispatch(AttemptDecisions):
         its record still reads ``running`` holds no slot there — and the statement alone can
         be stale; together they never stall while the worker has room and never send more than
         one of them allows (a ``pool_full`` is the backstop)."""
-        window = self._window()
+        worker = self._only_worker() if worker_id is None else worker_id
+        pace = self._fleet.pace(worker)
+        window = self._window(worker)
         if window is None:
             return None
-        if self._pacing == PACING_PROBE:
+        if pace.mode == PACING_PROBE:
             # One exec at a time until an answer says what the worker is; an answer that says
             # nothing (a reset, a timeout) lets the next probe go.
-            return 1 - self.execs_outstanding()
-        own = window - self.in_flight()
-        capacity = self._capacity
-        if self._pacing != PACING_PACED or capacity is None:
+            return 1 - self.execs_outstanding(worker)
+        own = window - self.in_flight(worker)
+        capacity = pace.capacity
+        if pace.mode != PACING_PACED or capacity is None:
             return own
-        stated = capacity.free_slots + capacity.queue_room - self.execs_outstanding()
+        stated = capacity.free_slots + capacity.queue_room - self.execs_outstanding(worker)
         return max(own, stated)
 
     def pacing_view(self) -> dict[str, Any]:
+        """``status``'s ``dispatch``: the totals, the (first) worker's pacing as before the fleet,
+        and each worker's own (``workers``)."""
         capacity = self._capacity
-        return {
+        view: dict[str, Any] = {
             "pacing": self._pacing,
             "in_flight": self.in_flight(),
             "waiting_for_capacity": len(self._waiting),
@@ -132,23 +166,34 @@ class PacedDispatch(AttemptDecisions):
                 "queue_room": capacity.queue_room,
             },
         }
+        view["workers"] = {
+            worker: {
+                **self._fleet.view(worker, self._wall_s),
+                "in_flight": self.in_flight(worker),
+                "waiting_for_capacity": self.waiting_for_capacity(worker),
+            }
+            for worker in self._fleet_ids()
+        }
+        return view
 
-    def _window(self) -> int | None:
+    def _window(self, worker_id: str | None = None) -> int | None:
         """How many attempts may be in flight at the worker; None: no bound (pacing off)."""
-        if self._pacing == PACING_OFF:
+        pace = self._fleet.pace(self._only_worker() if worker_id is None else worker_id)
+        if pace.mode == PACING_OFF:
             return None
-        if self._pacing == PACING_PROBE or self._capacity is None:
+        if pace.mode == PACING_PROBE or pace.capacity is None:
             return 1
-        return self._capacity.takes
+        return pace.capacity.takes
 
     # ---- the hooks into the attempt decisions ------------------------------------------------
 
     def _start_exec(self, record: Any, binding: dict[str, Any], code: str) -> None:
-        room = self.room()
-        if room is None or (not self._waiting and room > 0):
+        worker = str(binding.get("worker_id", ""))
+        room = self.room(worker)
+        if room is None or (not self.waiting_for_capacity(worker) and room > 0):
             super()._start_exec(record, binding, code)
             return
-        window = self._window()
+        window = self._window(worker)
         work = Work(record.id, record.attempt, binding, self._deadline_s(), record.due_s)
         work.code = code
         work.unsent = True
@@ -160,8 +205,9 @@ class PacedDispatch(AttemptDecisions):
             "capacity_wait",
             occurrence=record.id,
             attempt=record.attempt,
+            worker=worker,
             waiting=len(self._waiting),
-            in_flight=self.in_flight(),
+            in_flight=self.in_flight(worker),
             window=window,
         )
 
@@ -175,37 +221,49 @@ class PacedDispatch(AttemptDecisions):
         if isinstance(result, ExecResult):
             # accepted, refused and not_dispatched are read from a worker's own document.
             stated = result.protocol_answer or result.kind != "uncertain"
-            self._learn(result.capacity, stated)
+            self._learn(result.capacity, stated, worker_of(work))
+        self._heard(worker_of(work), result)
         yield from super()._exec_done(work, result)
 
     def _observed(self, work: Work, result: ObserveResult | Exception) -> Chain[None]:
         if isinstance(result, ObserveResult):
-            self._learn(result.capacity, result.status is not None)
+            self._learn(result.capacity, result.status is not None, worker_of(work))
             if result.status is not None:
                 work.parked = work.parked and result.status not in STILL_HELD
+        self._heard(worker_of(work), result)
         yield from super()._observed(work, result)
+
+    def _heard(self, worker_id: str, result: Any) -> None:
+        """Every call's result tells whether the worker answers (appliance/owner/fleet.py)."""
+        if reached(result):
+            if self._fleet.answered(worker_id, self._wall_s):
+                self._emit_log("worker_reachable", worker=worker_id)
+        else:
+            self._fleet.failed(worker_id, self._wall_s)
 
     def _observe_slowly(self, work: Work) -> None:
         # Past the deadline (Unknown): it holds a slot only while the worker says it runs.
         work.parked = work.last_observation not in STILL_HELD
         super()._observe_slowly(work)
 
-    def _learn(self, capacity: Capacity | None, protocol_answer: bool) -> None:
-        """Every worker answer updates the pacing: a stated capacity paces, a protocol-1 answer
+    def _learn(self, capacity: Capacity | None, protocol_answer: bool, worker_id: str) -> None:
+        """Every worker answer updates its pacing: a stated capacity paces, a protocol-1 answer
         without one (an older worker) turns pacing off; no answer (a reset) changes nothing."""
+        pace = self._fleet.pace(worker_id)
         if capacity is not None:
-            if self._pacing != PACING_PACED or self._capacity != capacity:
+            if pace.mode != PACING_PACED or pace.capacity != capacity:
                 self._emit_log(
                     "worker_capacity",
+                    worker=worker_id,
                     max_concurrent=capacity.max_concurrent,
                     max_queued=capacity.max_queued,
                     free_slots=capacity.free_slots,
                     queue_room=capacity.queue_room,
                 )
-            self._pacing, self._capacity = PACING_PACED, capacity
-        elif protocol_answer and self._pacing != PACING_OFF:
-            self._pacing, self._capacity = PACING_OFF, None
-            self._emit_log("worker_capacity", stated=False, pacing=PACING_OFF)
+            pace.mode, pace.capacity = PACING_PACED, capacity
+        elif protocol_answer and pace.mode != PACING_OFF:
+            pace.mode, pace.capacity = PACING_OFF, None
+            self._emit_log("worker_capacity", worker=worker_id, stated=False, pacing=PACING_OFF)
 
     # ---- outcomes are committed concurrently -------------------------------------------------
 
@@ -253,12 +311,17 @@ class PacedDispatch(AttemptDecisions):
             return
         if self._draining:
             return  # no new sends; the next owner's takeover fences what still waits
+        full: set[str] = set()  # workers without room: FIFO per worker, the others go on
         for oid, work in list(self._waiting.items()):
             if self._chain is not None:
                 break  # a fence below waits for its commit; go on at the next event
-            room = self.room()
+            worker = worker_of(work)
+            if worker in full:
+                continue
+            room = self.room(worker)
             if room is not None and room <= 0:
-                break
+                full.add(worker)
+                continue
             del self._waiting[oid]
             record = self._current(work)
             if record is None or record.state is not core.S.RUNNING or not work.unsent:
@@ -275,6 +338,7 @@ class PacedDispatch(AttemptDecisions):
                 "capacity_send",
                 occurrence=oid,
                 attempt=work.attempt,
+                worker=worker,
                 waiting=len(self._waiting),
                 late_ms=self._late_ms(work.due_s),
             )

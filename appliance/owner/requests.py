@@ -68,12 +68,15 @@ def admission_caller_refusal(
     return None
 
 
-def list_reply(node_id: str, read: Callable[..., Any]) -> dict[str, Any]:
+def list_reply(node_id: str, read: Callable[..., Any], genesis: Any = None) -> dict[str, Any]:
     """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
     ``read`` (the machine's) takes only the references under its lock; the view is rendered
-    after."""
+    after. With the genesis remote, the fleet in force too (issue 33)."""
     snapshot: core.ListSnapshot = read(core.list_snapshot)
-    return {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+    reply = {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+    if genesis is not None:
+        reply["fleet"] = read(lambda st: contract_state.fleet_view(genesis, st))
+    return reply
 
 
 class RequestDecisions(PacedDispatch):
@@ -102,6 +105,14 @@ class RequestDecisions(PacedDispatch):
     @abstractmethod
     def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Any:
         """Provided by ``Owner`` (appliance/owner/owner.py)."""
+
+    @abstractmethod
+    def fleet_status(self) -> list[dict[str, Any]]:
+        """Provided by ``FleetDecisions`` (appliance/owner/fleet_decisions.py)."""
+
+    @abstractmethod
+    def placement_waits(self) -> list[dict[str, Any]]:
+        """Provided by ``FleetDecisions`` (appliance/owner/fleet_decisions.py)."""
 
     # ---- admission ---------------------------------------------------------------------------
 
@@ -192,7 +203,7 @@ class RequestDecisions(PacedDispatch):
     def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action = command.action
         if action == "list":
-            return list_reply(self.node_id, self._read)
+            return list_reply(self.node_id, self._read, self._genesis_cfg.remote)
         if self.epoch is None:
             raise self._not_owner()
         if action == "status":
@@ -267,6 +278,10 @@ class RequestDecisions(PacedDispatch):
         }
         # Paced dispatch (owner_pacing.py): in flight at the worker, waiting for its capacity.
         reply["dispatch"] = self.pacing_view()
+        # The fleet (issue 33): every worker, drained or not, reachable or not, and what waits
+        # for a worker placement would accept.
+        reply["fleet"] = self.fleet_status()
+        reply["placement_waits"] = self.placement_waits()
         paused = self._read(core.paused_since)
         reply["paused"] = None if paused is None else {"since": instant_text(paused)}
         if self.time_scale != 1.0:

@@ -26,6 +26,7 @@ import itertools
 import queue
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Final
@@ -142,6 +143,7 @@ class Runner:
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        check_env: Callable[[str], str | None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.node_id = cfg.node_id
@@ -156,6 +158,7 @@ class Runner:
             time_scale=clock.time_scale,
             unknown_poll_s=unknown_poll_s,
             gate=gate,
+            check_env=check_env,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -251,7 +254,7 @@ class Runner:
         1,024 records on the loop held every admission behind it for tens of milliseconds (and
         the Raft apply behind the lock)."""
         try:
-            return list_reply(self.node_id, self.machine.read)
+            return list_reply(self.node_id, self.machine.read, self.cfg.remote)
         except Exception as exc:  # a bug must not kill the caller's thread either
             self.log.emit("list_failed", error=repr(exc))
             return error_reply(503, "unavailable", "the runner could not render its local view")
@@ -366,25 +369,31 @@ class Runner:
             heapq.heappush(self._timers, (due, next(self._seq), effect.token))
         elif isinstance(effect, DispatchRequest):
             binding, code, floor = dict(effect.binding), effect.code, effect.retained_through
+            worker = effect.worker_id
             self._spawn(
-                lambda: self.worker.execute(binding, code, retained_through=floor),
+                lambda: self._client(worker).execute(binding, code, retained_through=floor),
                 ExecAnswered,
                 effect.token,
             )
         elif isinstance(effect, ObserveRequest):
-            eid, floor = effect.execution_id, effect.retained_through
+            eid, floor, worker = effect.execution_id, effect.retained_through, effect.worker_id
             self._spawn(
-                lambda: self.worker.observe(eid, retained_through=floor),
+                lambda: self._client(worker).observe(eid, retained_through=floor),
                 ObserveAnswered,
                 effect.token,
             )
         elif isinstance(effect, CancelRequest):
-            binding = dict(effect.binding)
-            self._spawn(lambda: self.worker.cancel(binding), CancelAnswered, effect.token)
+            binding, worker = dict(effect.binding), effect.worker_id
+            self._spawn(lambda: self._client(worker).cancel(binding), CancelAnswered, effect.token)
         elif isinstance(effect, Reply):
             self._resolve(effect.request, effect.value)
         elif isinstance(effect, ReplyFailed):
             self._fail(effect.request, effect.error)
+
+    def _client(self, worker_id: str | None) -> Any:
+        """The fleet worker's client (appliance/runner/worker_pool.py), or the one worker's."""
+        for_worker = getattr(self.worker, "for_worker", None)
+        return self.worker if for_worker is None else for_worker(worker_id)
 
     def _propose(self, effect: Propose) -> None:
         """On a proposer thread: the proposal, then its outcome back to the loop. A committed
