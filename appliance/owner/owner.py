@@ -94,7 +94,7 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.core.pulse import Pulse
 from appliance.owner import contract_state, ownership
-from appliance.owner.applied import Accepted, Refused
+from appliance.owner.applied import Accepted, NotYetApplicable, Refused
 from appliance.owner.attempts import (
     OBSERVE_GRACE_S,
     UNKNOWN_POLL_S,
@@ -155,6 +155,7 @@ class Owner(FleetDecisions):
         self.epoch: int | None = None
         self._acquire_wanted = False
         self._charging_wanted = False  # propose AdoptCharging(2) once the gate allows
+        self._seed_wanted = False  # the initial schedules wait for the version gate
         self._pulse: Pulse | None = None
         self._compiled: dict[int, Any] = {}
         self._compile_cache: dict[tuple[str, str], Any] = {}
@@ -272,6 +273,13 @@ class Owner(FleetDecisions):
     def _tick(self) -> Chain[None]:
         if self.epoch is None and self._acquire_wanted:
             yield from self._acquire()
+        if self.epoch is not None and self._seed_wanted:
+            command = core.SeedInitialSchedules(tuple(self.cfg.schedules), self._now_s())
+            if self._gated(command) is None:
+                try:
+                    yield from self._seed(self._now_s())
+                except (NotOwner, Uncertain) as exc:
+                    self._emit_log("initial_schedules_refused", reason=str(exc))
         if self.epoch is not None and self._charging_wanted:
             yield from self._adopt_charging()
         if self.epoch is not None and not self._draining:
@@ -304,6 +312,7 @@ class Owner(FleetDecisions):
         self._placement_waits.clear()
         self._fleet_ticks += 1  # stops the fleet timer
         self._fleet_ticking = False
+        self._seed_wanted = False  # the next owner sees needs_seed in its takeover
 
     def _acquire(self) -> Chain[None]:
         """Barrier, then commit the ownership transition; only then schedule."""
@@ -370,14 +379,25 @@ class Owner(FleetDecisions):
             raise ownership.OwnershipRefused(result.message)
         takeover: core.Takeover = result.value
         if takeover.needs_seed:
-            seeded = yield from self._propose(
-                core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
-            )
-            if isinstance(seeded, Refused):
-                self._emit_log("initial_schedules_refused", reason=seeded.message)
-            else:
-                self._emit_log("initial_schedules", ids=list(seeded.value))
+            yield from self._seed(at_s)
         return ownership.acquired_of(takeover)
+
+    def _seed(self, at_s: int) -> Chain[None]:
+        """Create the config's initial schedules (ids 1…N). A definition with a feature not every
+        voter applies yet (``placement``, jitter) is held back by the version gate: then it is
+        asked again at every tick, and operator mutations wait (503, not accepted) so no other
+        schedule takes those ids meanwhile."""
+        seeded = yield from self._propose(
+            core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
+        )
+        self._seed_wanted = isinstance(seeded, Refused) and isinstance(
+            seeded.error, NotYetApplicable
+        )
+        if isinstance(seeded, Refused):
+            self._emit_log("initial_schedules_refused", reason=seeded.message)
+        else:
+            self._emit_log("initial_schedules", ids=list(seeded.value))
+            self._rebuild_pulse()
 
     def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Work | None:
         found = self._read(lambda st: st.occurrences.get(occurrence_id))

@@ -210,6 +210,14 @@ class RequestDecisions(PacedDispatch):
             return (yield from self._status())
         if self._draining:
             raise OperatorError(503, "draining", "the runner is shutting down", accepted=False)
+        if getattr(self, "_seed_wanted", False):
+            raise OperatorError(
+                503,
+                "seeding",
+                "the initial schedules are not created yet (not every voter reports it can apply "
+                "them); ask again in a moment",
+                accepted=False,
+            )
         if action in PREVIEWS:
             return self._preview(command)
         if action not in MUTATIONS:
