@@ -118,6 +118,7 @@ from appliance.core.fleet import (
 )
 from appliance.core.live_code import code_for, record_code
 from appliance.core.observe_claim import ObserveAndClaim, ObservedAndClaimed
+from appliance.core.observe_place import ObserveAndPlace
 from appliance.core.ownership import (
     AcquireOwnership,
     SeedInitialSchedules,
@@ -271,6 +272,7 @@ __all__ = [
     "NoteCapacityWait",
     "Observe",
     "ObserveAndClaim",
+    "ObserveAndPlace",
     "ObserveReport",
     "ObservedAndClaimed",
     "ObservedSchedule",

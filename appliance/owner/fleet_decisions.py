@@ -19,6 +19,7 @@ sent (an observation of ``PROBE_EXECUTION_ID``, carrying W like every observatio
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from appliance.core import state as core
@@ -83,14 +84,29 @@ class FleetDecisions(RequestDecisions):
             )
         return out
 
-    def _place(self, rules: PlacementRules, planned: Counter[str]) -> PlacementDecision:
-        return place(rules, self._candidates(planned))
+    def _place(
+        self,
+        rules: PlacementRules,
+        planned: Counter[str],
+        base: list[Candidate] | None = None,
+    ) -> PlacementDecision:
+        """``base``: the candidates as the pass began (``_candidates(Counter())``), so a burst of
+        claims reads the fleet once; ``planned`` adds this pass's claims to their load."""
+        if base is None:
+            return place(rules, self._candidates(planned))
+        return place(
+            rules, [replace(c, in_flight=c.in_flight + planned[c.worker_id]) for c in base]
+        )
 
     def _choose_worker(
-        self, occurrence_id: int, rules: PlacementRules, planned: Counter[str]
+        self,
+        occurrence_id: int,
+        rules: PlacementRules,
+        planned: Counter[str],
+        base: list[Candidate] | None = None,
     ) -> str | None:
         """The worker to claim ``occurrence_id`` on, or None (it waits, with its reason)."""
-        decision = self._place(rules, planned)
+        decision = self._place(rules, planned, base)
         if decision.selected is None:
             reason = decision.reason or "no worker"
             if self._placement_waits.get(occurrence_id) != reason:
@@ -101,6 +117,26 @@ class FleetDecisions(RequestDecisions):
             self._emit_log("placement_found", occurrence=occurrence_id, worker=decision.selected)
         planned[decision.selected] += 1
         return decision.selected
+
+    def _placements(
+        self, st: core.SchedulerState, observe: core.Observe
+    ) -> tuple[tuple[int, str], ...]:
+        """(schedule id, worker) for each schedule the observation selects slots for: where its
+        new occurrences are claimed in the same commit (``ObserveAndPlace``). A schedule no
+        worker may run is left out: its occurrences stay Pending and wait, with their reason,
+        for the claim pass."""
+        base = self._candidates(Counter())
+        load: Counter[str] = Counter()
+        out = []
+        for entry in observe.entries:
+            schedule = st.schedules.get(entry.schedule_id)
+            if schedule is None or not entry.slots_s:
+                continue
+            decision = self._place(schedule.definition.placement, load, base)
+            if decision.selected is not None:
+                load[decision.selected] += len(entry.slots_s)
+                out.append((entry.schedule_id, decision.selected))
+        return tuple(sorted(out))
 
     def _fold_worker(self) -> str | None:
         """The worker an observation may claim its new occurrences on in the same commit
@@ -170,7 +206,10 @@ class FleetDecisions(RequestDecisions):
                 self._probe(worker, floor)
         unreachable = [w for w in ids if self._fleet.state_of(w) == UNREACHABLE]
         fenceable = [w for w in self._work.values() if worker_of(w) in unreachable]
-        if fenceable and self._chain is None and not self._draining:
+        # While not every voter applies FenceDispatch the fence waits (no refusal every tick):
+        # those attempts are observed and, unanswered, Unknown at their deadline as before.
+        gated = fenceable and self._gate is not None and self._gate("FenceDispatch") is not None
+        if fenceable and not gated and self._chain is None and not self._draining:
             self._run(self._fence_unreachable(fenceable))
         self._later(FLEET_TICK_S, lambda: self._fleet_tick(generation))
 

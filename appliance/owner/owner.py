@@ -518,11 +518,16 @@ class Owner(FleetDecisions):
         claim now (the same gates as ``_claim_ready``)."""
         if not self._may_claim(now_s) or self.epoch is None:
             return None
+        remote = self.cfg.remote
+        authority = core.Authority(**authority_of(remote))
+        if len(remote.fleet) > 1:  # a worker per observed schedule (core/observe_place.py)
+            placements = self._read(lambda st: self._placements(st, observe))
+            return core.ObserveAndPlace(
+                observe, self.epoch, remote.namespace, placements, authority
+            )
         worker = self._fold_worker()  # one worker for every claim: only a fleet of one
         if worker is None:
             return None
-        remote = self.cfg.remote
-        authority = core.Authority(**authority_of(remote))
         return core.ObserveAndClaim(observe, self.epoch, remote.namespace, worker, authority)
 
     def _dispatch_claimed(self, record: Any) -> None:
@@ -562,7 +567,9 @@ class Owner(FleetDecisions):
         epoch = self.epoch
         planned: list[tuple[Any, Any, dict[str, Any]]] = []
         load: Counter[str] = Counter()  # this pass's claims per worker (placement's load)
-        for oid, attempt in self._read(claimable):
+        ready = self._read(claimable)
+        base = self._candidates(Counter()) if ready else []
+        for oid, attempt in ready:
             record, schedule = self._read(
                 lambda st, oid=oid: (
                     st.occurrences.get(oid),
@@ -574,7 +581,7 @@ class Owner(FleetDecisions):
             code = self._code_of(oid)
             if record is None or schedule is None or code is None:
                 continue
-            worker = self._choose_worker(oid, schedule.definition.placement, load)
+            worker = self._choose_worker(oid, schedule.definition.placement, load, base)
             if worker is None:
                 continue  # no worker may run it now: it waits Pending, its reason in status
             binding = make_binding(
