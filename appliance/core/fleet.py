@@ -194,7 +194,9 @@ def bound_live_attempts(state: SchedulerState, worker_id: str) -> list[int]:
 # ---- applies -----------------------------------------------------------------------------------
 
 
-@register(AddWorker)
+# Adding (and draining) writes more of the contract part: they are growth commands, refused
+# beyond the growth budget, so the part never eats the headroom completions rely on.
+@register(AddWorker, grows=True)
 def _add_worker(txn: Txn, cmd: AddWorker) -> Amended:
     _check_instant("at_s", cmd.at_s)
     worker = check_worker("worker", cmd.worker)
@@ -230,7 +232,7 @@ def _add_worker(txn: Txn, cmd: AddWorker) -> Amended:
     )
 
 
-@register(DrainWorker)
+@register(DrainWorker, grows=True)
 def _drain_worker(txn: Txn, cmd: DrainWorker) -> Amended:
     _check_instant("at_s", cmd.at_s)
     part, draining, removed = _fleet_of(txn)
