@@ -315,17 +315,18 @@ class SystemSim:
     def _disable(self) -> None:
         """The liveness phase resumes scheduling and stops new slots, so the work can settle."""
         paused = self.ledger.paused()
+        draining = self.ledger.draining()
+        owners = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
+        if owners and draining:
+            # The fleet settles only if its drained workers take work again (a drained fleet
+            # leaves Pending occurrences waiting, visibly, for a worker).
+            self._send(owners[0], {"action": "undrain_worker", "worker_id": draining[0]})
         if self.ledger.schedule_disabled() and not paused:
             # Look again later: an operator command of the safety phase still in flight (an
             # enable, a resume) may commit after this and schedule slots again.
             self.at(2_000, self._disable)
             return
-        leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
-        draining = self.ledger.draining()
-        if leaders and draining:
-            # The fleet settles only if its drained workers take work again (a drained fleet
-            # leaves Pending occurrences waiting, visibly, for a worker).
-            self._send(leaders[0], {"action": "undrain_worker", "worker_id": draining[0]})
+        leaders = owners
         if leaders:
             self.request_ids += 1
             schedules = self.ledger.reference.state.schedules
