@@ -6,8 +6,10 @@ that voter would either refuse it (and its state would differ from its peers': d
 crash on every restart at the same entry. So every voter reports its binary version and the set of
 command kinds it can apply (on its cluster status route, behind the cluster bearer), the owner
 proposes a kind outside :data:`BASELINE_COMMAND_KINDS` only once every voter of the configuration
-has reported it, and a voter that still meets a kind it cannot apply stops with a clear message
-instead of diverging (``appliance/runner/machine.py``).
+(and every learner that has reported) has reported it, and a voter that still meets a kind it
+cannot apply stops with a clear message instead of diverging (``appliance/runner/machine.py``). A
+learner becomes a voter only once it has reported a binary that applies every kind committed so
+far (``promotion_refusal``).
 
 The baseline is the set every binary of the first round applies: a voter that reports nothing (an
 older binary, or one not reached yet) is assumed to apply exactly that.
@@ -96,24 +98,69 @@ def gate_refusal(
     voters: Iterable[str],
     reported: Mapping[str, Capabilities | None],
     baseline: frozenset[str] = BASELINE_COMMAND_KINDS,
+    learners: frozenset[str] = frozenset(),
 ) -> str | None:
-    """Why ``kind`` may not be proposed yet, or None when every voter can apply it.
+    """Why ``kind`` may not be proposed yet, or None when every member can apply it.
 
-    A baseline kind is always allowed. Any other kind needs a report from every voter of the
-    configuration that names it; a voter without a report counts as a baseline binary.
+    ``voters``: every member of the configuration in force (voters and learners; ``learners``
+    says which are learners). A baseline kind is always allowed. Any other kind needs a report
+    naming it from every voter, and from every learner that has reported at all. A voter without
+    a report counts as a baseline binary. A learner that never reported (added, never started, or
+    not reached yet) is left out: it counts in no quorum, it meets the kind in its log before it
+    can vote, and a kind it cannot apply stops it there (SPEC §11) — and ``promote_voter`` waits
+    until it has reported a binary that applies every committed kind (``promotion_refusal``).
+    Each member holding the gate is named with its own remedy.
     """
     if kind in baseline:
         return None
     lacking = []
-    for voter in sorted(voters):
-        report = reported.get(voter)
+    for member in sorted(voters):
+        report = reported.get(member)
+        learner = member in learners
+        if report is None and learner:
+            continue
         if report is None:
-            lacking.append(f"{voter} (no report yet)")
+            lacking.append(
+                f"{member} (no report yet): is it running and reachable? start it, or remove it "
+                "(remove_voter)"
+            )
+        elif kind not in report.commands and learner:
+            lacking.append(
+                f"{member} (learner, binary {report.binary}): upgrade it, or remove it "
+                "(remove_voter)"
+            )
         elif kind not in report.commands:
-            lacking.append(f"{voter} (binary {report.binary})")
+            lacking.append(f"{member} (binary {report.binary}): upgrade it")
     if not lacking:
         return None
     return (
         f"command {kind} is not proposed until every voter can apply it; "
-        f"not yet: {', '.join(lacking)} — finish upgrading those voters"
+        f"not yet: {'; '.join(lacking)}"
     )
+
+
+def promotion_refusal(
+    learner: str,
+    report: Capabilities | None,
+    committed: frozenset[str],
+) -> str | None:
+    """Why ``learner`` may not become a voter yet (None: it may): it must have reported, and
+    with a binary that applies every kind in ``committed`` (the kinds beyond the baseline the
+    log may hold; appliance/runner/committed_kinds.py). A learner left out of the gate while it
+    never reported may hold entries of kinds its binary cannot apply; as a voter it would stop
+    at the first and the cluster would count a voter that never answers."""
+    if report is None:
+        # Worded as the Raft leader's own "has not caught up" (a learner still starting is the
+        # usual case), so callers that wait for a learner (admin promote-voter --wait-s) wait.
+        return (
+            f"learner {learner!r} has not caught up: it has not reported what it can apply (is "
+            "it running? start it and let it catch up), then promote it again"
+        )
+    missing = sorted(committed - report.commands)
+    if missing:
+        return (
+            f"learner {learner!r} runs appliance {report.binary}, which cannot apply "
+            f"{', '.join(missing)}, committed in this cluster's log: start it with a binary that "
+            f"does (this voter runs {BINARY_VERSION}), then promote it again"
+        )
+    return None

@@ -58,7 +58,7 @@ EVENTS: Final[Mapping[str, tuple[str, ...]]] = {
     "claim_uncertain": ("occurrence", "attempt", "reason"),
     "claim_adopted": ("occurrence", "attempt"),
     "admission": ("status", "occurrence", "attempt", "epoch", "late_ms", "refusal"),
-    "dispatch_accepted": ("occurrence", "attempt", "execution_id", "late_ms"),
+    "dispatch_accepted": ("occurrence", "attempt", "execution_id", "late_ms", "slot"),
     "dispatch_not_dispatched": ("occurrence", "attempt", "sends", "delay_s"),
     "dispatch_retired": ("occurrence", "attempt", "detail"),
     # Paced dispatch (appliance/owner/pacing.py).

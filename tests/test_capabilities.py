@@ -104,3 +104,50 @@ def test_a_malformed_command_of_a_known_shape_is_still_an_ordinary_refusal() -> 
     refused = machine.apply(1, json.dumps({"command": "DisableSchedule"}).encode())
     assert not isinstance(refused, Accepted)
     assert machine.applied_index == 1
+
+
+# ---- issue 36, finding 2: learners that never reported ----------------------------------------
+
+
+def test_a_learner_that_never_reported_is_left_out_of_the_gate() -> None:
+    """Three learners added and never started must not hold back every newer command: a learner
+    counts in no quorum, and one that later meets a kind it cannot apply stops (SPEC §11)."""
+    members = (*VOTERS, "v4", "v5", "v6")
+    reports = {**dict.fromkeys(VOTERS, NEW), "v4": None}
+    learners = frozenset({"v4", "v5", "v6"})
+    assert gate_refusal(ADDED, members, reports, baseline=OLD_BASELINE, learners=learners) is None
+
+
+def test_a_learner_that_reported_an_older_binary_holds_the_gate_naming_the_remedy() -> None:
+    members = (*VOTERS, "v4")
+    reports = {**dict.fromkeys(VOTERS, NEW), "v4": OLD}
+    refusal = gate_refusal(
+        ADDED, members, reports, baseline=OLD_BASELINE, learners=frozenset({"v4"})
+    )
+    assert refusal is not None
+    assert "v4 (learner, binary 0.0.9): upgrade it, or remove it (remove_voter)" in refusal
+    assert "finish upgrading" not in refusal
+
+
+def test_each_voter_holding_the_gate_is_named_with_its_own_remedy() -> None:
+    reports = {"v1": NEW, "v2": OLD, "v3": None}
+    refusal = gate_refusal(ADDED, VOTERS, reports, baseline=OLD_BASELINE)
+    assert refusal is not None
+    assert "v2 (binary 0.0.9): upgrade it" in refusal
+    assert "v3 (no report yet): is it running and reachable? start it" in refusal
+
+
+def test_a_learner_is_promoted_only_once_it_reported_every_committed_kind() -> None:
+    from appliance.capabilities import promotion_refusal
+
+    committed = frozenset({"RunNow", "Pause"})
+    silent = promotion_refusal("v4", None, committed)
+    assert silent is not None and "'v4' has not caught up: it has not reported" in silent
+    assert "start it" in silent
+    older = Capabilities("0.0.9", BASELINE_COMMAND_KINDS | {"Pause"})
+    lacking = promotion_refusal("v4", older, committed)
+    assert lacking is not None
+    assert "'v4' runs appliance 0.0.9, which cannot apply RunNow" in lacking
+    assert f"this voter runs {BINARY_VERSION}" in lacking and "Pause" not in lacking
+    assert promotion_refusal("v4", older, frozenset({"Pause"})) is None
+    assert promotion_refusal("v4", NEW, frozenset()) is None

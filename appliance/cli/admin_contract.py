@@ -12,6 +12,12 @@ owner, never re-sent after an ambiguous send. Values are checked again by the ow
 is printed with its reason and exits 1. ``promote-voter --wait-s S`` asks again, once a second for
 at most S seconds, while the refusal is "has not caught up" (the learner is still installing the
 leader's snapshot): that refusal is definite, so asking again is safe; nothing else is repeated.
+
+An amendment always carries ``base_amendment`` (issue 36): the ``contract.amendment`` index that
+``status`` shows, read from the owner just before sending (or ``--base-amendment N``, the index
+the operator decided on). If another amendment commits in between, the owner refuses this one
+(``base_amendment … read status and amend again``) rather than overwriting it unseen. When the
+index cannot be read, nothing is sent.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ import time
 from typing import Any, Final
 
 from appliance.cli import admin_ops
+from appliance.cli.admin_endpoints import Failed, UsageError, endpoints, send
+from appliance.http import HttpClient
 
 ADMIN_TOKEN_ENV: Final = "MCP_SCHEDULER_ADMIN_TOKEN"
 LIMIT_FLAGS: Final = ("schedules", "records", "outstanding", "running", "grace_seconds")
@@ -101,26 +109,69 @@ def _remove_voter(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("id", metavar="ID", help="the node_id to remove (the leader too)")
 
 
+def _base(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base-amendment",
+        type=int,
+        metavar="N",
+        help="the contract.amendment this change is built on (default: the one status shows "
+        "now); refused if another amendment committed since",
+    )
+
+
+def _amendment(arguments: Any) -> Any:
+    def add(parser: argparse.ArgumentParser) -> None:
+        arguments(parser)
+        _base(parser)
+
+    return add
+
+
 CAUGHT_UP_REFUSAL: Final = "has not caught up"
 RETRY_INTERVAL_S: Final = 1.0
 
 _SPECS: Final = (
-    ("renew-grant", "renew_grant", "renew the execution grant (new claims only)", _renew),
+    (
+        "renew-grant",
+        "renew_grant",
+        "renew the execution grant (new claims only)",
+        _amendment(_renew),
+    ),
     (
         "amend-remote",
         "amend_remote",
         "change the worker URL and/or identity (refused while attempts are live)",
-        _remote,
+        _amendment(_remote),
     ),
-    ("amend-limits", "amend_limits", "change limits (lowering only when the state fits)", _limits),
-    ("add-worker", "add_worker", "a new worker joins the fleet (issue 33)", _add_worker),
-    ("drain-worker", "drain_worker", "no new placements on a worker; its attempts finish", _worker),
-    ("undrain-worker", "undrain_worker", "a drained worker takes placements again", _worker),
+    (
+        "amend-limits",
+        "amend_limits",
+        "change limits (lowering only when the state fits)",
+        _amendment(_limits),
+    ),
+    (
+        "add-worker",
+        "add_worker",
+        "a new worker joins the fleet (issue 33)",
+        _amendment(_add_worker),
+    ),
+    (
+        "drain-worker",
+        "drain_worker",
+        "no new placements on a worker; its attempts finish",
+        _amendment(_worker),
+    ),
+    (
+        "undrain-worker",
+        "undrain_worker",
+        "a drained worker takes placements again",
+        _amendment(_worker),
+    ),
     (
         "remove-worker",
         "remove_worker",
         "remove a worker from the fleet (refused while attempts bound to it are live)",
-        _worker,
+        _amendment(_worker),
     ),
     ("add-voter", "add_voter", "a new node joins the Raft configuration as a learner", _add_voter),
     ("promote-voter", "promote_voter", "a caught-up learner becomes a voter", _promote_voter),
@@ -165,8 +216,50 @@ def command_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
+AMENDMENTS: Final = frozenset({"renew_grant", "amend_remote", "amend_limits"})
+STATUS_PATH: Final = "/scheduler/v1/status"
+
+
+def amendment_in_force(args: argparse.Namespace) -> int:
+    """``contract.amendment`` as the owner among ``--addr`` shows it now; ``Failed`` when it
+    cannot be read (then nothing is sent)."""
+    try:
+        context = admin_ops._tls_context(getattr(args, "cacert", None))
+        bases = endpoints(args.addr)
+        token = admin_ops._token(args.token_env)
+    except UsageError as exc:
+        raise Failed(str(exc)) from None
+    client = HttpClient(read_timeout_ms=admin_ops.READ_TIMEOUT_MS, ssl_context=context)
+    try:
+        sent = send(client, bases, token, "GET", STATUS_PATH, None)
+    finally:
+        client.close()
+    result = sent.reply.get("result") if sent.status == 200 else None
+    contract = result.get("contract") if isinstance(result, dict) else None
+    index = contract.get("amendment") if isinstance(contract, dict) else None
+    if type(index) is not int:
+        why = admin_ops.describe_error(sent.status, sent.reply).removeprefix("appliance: ")
+        raise Failed(f"cannot read the amendment in force from {sent.base} ({why})")
+    return index
+
+
 def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr: Any = None) -> int:
     args.command_fields = command_fields(args)
+    if args.ops_action in AMENDMENTS:
+        base = getattr(args, "base_amendment", None)
+        if base is not None and base < 0:
+            print("appliance: --base-amendment must be 0 or more", file=stderr or sys.stderr)
+            return admin_ops.EXIT_USAGE
+        if base is None:
+            try:
+                base = amendment_in_force(args)
+            except Failed as exc:
+                print(
+                    f"appliance: base_amendment: {exc}; nothing was sent",
+                    file=stderr or sys.stderr,
+                )
+                return admin_ops.EXIT_FAILURE
+        args.command_fields["base_amendment"] = base
     wait_s = max(0.0, float(getattr(args, "wait_s", 0.0) or 0.0))
     if wait_s <= 0:
         return admin_ops.run(args, stdin, stdout, stderr)

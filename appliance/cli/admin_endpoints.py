@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from appliance.config.addresses import AddressError, is_loopback_host, parse_host_port
+from appliance.config.loopback import MANAGEMENT_ADDR_ENV
 from appliance.http import AmbiguousSend, ConnectFailed, HttpClient
 
-ADDR_ENV: Final = "APPLIANCE_MANAGEMENT_ADDR"
+ADDR_ENV: Final = MANAGEMENT_ADDR_ENV
 ADDR_DEFAULT: Final = "127.0.0.1:4601"
 ENDPOINTS_MAX: Final = 16
 

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from appliance.cli import admin_views
+from appliance.cli import admin_describe, admin_views, admin_watch
 from appliance.cli.admin_endpoints import (
     ADDR_DEFAULT,
     ADDR_ENV,
@@ -98,6 +98,13 @@ def _output_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--attempt", type=int, metavar="N", help="this attempt (default: the latest dispatched)"
     )
+    parser.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="print the console output as it grows and each attempt's result, until the "
+        "occurrence is terminal (exit 0 when it Succeeded, 1 otherwise)",
+    )
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +124,11 @@ def _list_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help=f"the newest N occurrences (default {admin_views.LIMIT_DEFAULT})",
     )
+    parser.add_argument(
+        "--absolute",
+        action="store_true",
+        help="times as ISO 8601 instants (default: relative, 'in 2m', '3m ago'; --tz implies it)",
+    )
 
 
 def register(groups: argparse._SubParsersAction) -> None:
@@ -133,6 +145,23 @@ def register(groups: argparse._SubParsersAction) -> None:
             "what an occurrence's attempt did: completion value, error and stack, console "
             "output, timings (fetched from the worker through the runner)",
             _output_arguments,
+        ),
+        (
+            "describe",
+            "one schedule whole: its definition with the code, state, next runs (with jitter), "
+            "last outcomes",
+            admin_describe.describe_arguments,
+        ),
+        (
+            "apply",
+            "create or update the schedule named in a definition file (idempotent); --dry-run "
+            "shows the difference",
+            admin_describe.apply_arguments,
+        ),
+        (
+            "watch",
+            "print committed changes (occurrence states, schedules, pause) as they commit",
+            admin_watch.watch_arguments,
         ),
         (
             "create",
@@ -334,8 +363,26 @@ def build_request(args: argparse.Namespace, stdin: Any = None) -> tuple[str, str
             f"/scheduler/v1/schedules/{_positive(args.schedule_id, 'SCHEDULE_ID')}/history",
             None,
         )
+    if action == "describe":
+        return "GET", "/scheduler/v1/schedules", None  # an id, or a name to look up first
+    if action == "apply":  # checked offline first: nothing is sent for an invalid file
+        args.wanted = admin_describe.checked_definition(
+            _read_definition(args.file, stdin or sys.stdin)
+        )
+        return "GET", "/scheduler/v1/schedules", None
+    if action == "watch":
+        for flag, value in (("--schedule", args.schedule), ("--occurrence", args.occurrence)):
+            if value is not None:
+                _positive(value, flag)
+        if args.count is not None:
+            _positive(args.count, "--count")
+        if args.after is not None and args.after < 0:
+            raise UsageError("--after must be 0 or a positive cursor")
+        return "GET", "/scheduler/v1/events", None
     if action == "output":
         oid = _positive(args.occurrence_id, "OCCURRENCE_ID")
+        if args.follow and args.attempt is not None:
+            raise UsageError("--follow shows the latest attempt; leave out --attempt")
         query = "" if args.attempt is None else f"?attempt={_positive(args.attempt, '--attempt')}"
         return "GET", f"/scheduler/v1/occurrences/{oid}/output{query}", None
     extended = _extension_command(args, stdin)
@@ -421,6 +468,10 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
         print(f"appliance: {exc}", file=err)
         return EXIT_USAGE
     client = HttpClient(read_timeout_ms=READ_TIMEOUT_MS, ssl_context=context)
+    if args.ops_action == "watch" or (args.ops_action == "output" and args.follow):
+        return _live(args, client, bases, token, tz, out, err)
+    if args.ops_action in ("describe", "apply"):
+        return _declarative(args, client, bases, token, tz, out, err)
     try:
         sent = send(client, bases, token, method, path, body)
         status, reply = sent.status, sent.reply
@@ -438,6 +489,8 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     finally:
         client.close()
     if args.json:
+        if args.ops_action == "list" and status == 200 and isinstance(reply.get("result"), dict):
+            reply = {**reply, "result": _filtered(args, reply["result"])}
         document = reply if health is None else {"status": reply, "health": health}
         print(json.dumps(document, indent=2, ensure_ascii=False), file=out)
     ok = status == 200 and reply.get("ok") is True
@@ -451,6 +504,75 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
         if status == 409:
             print(f"appliance: {owner_advice(reply)}", file=err)
         return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _live(
+    args: argparse.Namespace,
+    client: HttpClient,
+    bases: list[str],
+    token: str,
+    tz: Any,
+    out: Any,
+    err: Any,
+) -> int:
+    """``watch`` and ``output --follow``: the change feed until done (admin_watch.py)."""
+    endpoint = admin_watch.Endpoint(client, bases, token, lambda text: print(text, file=err))
+    try:
+        if args.ops_action == "watch":
+            return admin_watch.watch(args, endpoint, out, tz)
+        return admin_watch.follow(
+            args.occurrence_id,
+            endpoint,
+            out,
+            tz,
+            terminal=_is_terminal(out),
+            as_json=args.json,
+            render_result=render_output,
+        )
+    except Failed as exc:
+        print(f"appliance: {exc}", file=err)
+        return EXIT_FAILURE
+    finally:
+        client.close()
+
+
+def _declarative(
+    args: argparse.Namespace,
+    client: HttpClient,
+    bases: list[str],
+    token: str,
+    tz: Any,
+    out: Any,
+    err: Any,
+) -> int:
+    """``describe`` and ``apply`` (admin_describe.py): a lookup by name, then one request."""
+    session = admin_describe.Session(client, bases, token)
+    try:
+        if args.ops_action == "describe":
+            reply = admin_describe.describe(session, args.schedule)
+            now_s = admin_describe.voter_now_s(reply) or time.time()
+            text = admin_describe.render_describe(reply, now_s, tz)
+        else:
+            reply = admin_describe.apply(session, args.wanted, args.dry_run)
+            text = admin_describe.render_apply(reply)
+    except admin_describe.Refused as refused:
+        print(describe_error(refused.status, refused.reply), file=err)
+        if refused.status == 409:
+            print(f"appliance: {owner_advice(refused.reply)}", file=err)
+        return EXIT_FAILURE
+    except Failed as exc:
+        print(f"appliance: {exc}", file=err)
+        return EXIT_FAILURE
+    except UsageError as exc:
+        print(f"appliance: {exc}", file=err)
+        return EXIT_USAGE
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(reply, indent=2, ensure_ascii=False), file=out)
+    else:
+        print(text, file=out)
     return EXIT_OK
 
 
@@ -470,12 +592,55 @@ def _render_ok(args: argparse.Namespace, reply: dict[str, Any], tz: Any, termina
         return render_output(reply, terminal=terminal, tz=tz)
     if action == "list":
         result = reply.get("result") if isinstance(reply.get("result"), dict) else {}
+        relative = not args.absolute and args.tz is None
+        now_s = time.time()
         if args.what == "occurrences":
             return admin_views.render_occurrences(
-                result, schedule=args.schedule, state=args.state, limit=args.limit, tz=tz
+                result,
+                schedule=args.schedule,
+                state=args.state,
+                limit=args.limit,
+                tz=tz,
+                now_s=now_s if relative else None,
             )
-        return admin_views.render_schedules(result, time.time(), tz)
+        if args.schedule is not None:
+            result = _filtered(args, result)
+        return admin_views.render_schedules(result, now_s, tz, relative)
+    if action in ("pause", "resume", "update"):
+        return render_switch(reply)
     return render(reply)
+
+
+def _filtered(args: argparse.Namespace, result: dict[str, Any]) -> dict[str, Any]:
+    return admin_views.filtered_list(
+        result, what=args.what, schedule=args.schedule, state=args.state, limit=args.limit
+    )
+
+
+def render_switch(reply: dict[str, Any]) -> str:
+    """``pause``, ``resume`` and ``update`` in words (not a key/value table)."""
+    result = reply.get("result") if isinstance(reply.get("result"), dict) else {}
+    action = reply.get("action")
+    if action == "pause":
+        text = "scheduling is paused cluster-wide"
+        if result.get("changed") is False:
+            text += " (it was paused already)"
+    elif action == "resume":
+        moved = [str(sid) for sid in result.get("moved") or []]
+        text = "scheduling resumed"
+        if moved:
+            text += (
+                f"; the paused span was skipped (counted missed) for schedule"
+                f"{'s' if len(moved) > 1 else ''} {', '.join(moved)}"
+            )
+        else:
+            text += "; no schedule skipped any slot of the paused span"
+    else:
+        fields = [escape(str(f)) for f in result.get("fields") or []]
+        text = f"schedule {result.get('id')}: " + (
+            f"changed {', '.join(fields)}" if fields else "unchanged (the same definition)"
+        )
+    return f"{text}\n({escape(str(reply.get('meaning', '')))})"
 
 
 def _worker_metrics_target(args: argparse.Namespace) -> tuple[str, str] | None:
@@ -621,18 +786,18 @@ def render_health(health: dict[str, Any]) -> str:
         for v in health.get("voters") or []
         if isinstance(v, dict)
     ]
-    parts = ["\n".join(lines), table(voters)]
+    # What needs a human comes first (issue 35): pause, no quorum, the worker, Unknown ...
+    return "\n\n".join([render_warnings(health), "\n".join(lines), table(voters)])
+
+
+def render_warnings(health: dict[str, Any]) -> str:
     warnings = [w for w in health.get("warnings") or [] if isinstance(w, dict)]
-    if warnings:
-        parts.append(
-            "\n".join(
-                f"{str(w.get('severity') or 'warning').upper()} {w.get('code')}: {w.get('message')}"
-                for w in warnings
-            )
-        )
-    else:
-        parts.append("no warnings")
-    return "\n\n".join(parts)
+    if not warnings:
+        return "no warnings"
+    return "\n".join(
+        escape(f"{str(w.get('severity') or 'warning').upper()} {w.get('code')}: {w.get('message')}")
+        for w in warnings
+    )
 
 
 HISTORY_COLUMNS: Final = (
@@ -719,6 +884,41 @@ def _when(instant: Any, tz: Any) -> str | None:
     return None if instant is None else iso_time(instant, tz)
 
 
+def egress_lines(egress: Any) -> list[str]:
+    """One line per egress request of the attempt (issue 32): what left, what the policy said
+    and what came back."""
+    if not isinstance(egress, dict) or not isinstance(egress.get("requests"), list):
+        return []
+    requests = [r for r in egress["requests"] if isinstance(r, dict)]
+    lines = [f"-- egress: {len(requests)} request(s)\n"]
+    for r in requests:
+        hop = f".{r.get('hop')}" if r.get("hop") else ""
+        said = str(r.get("decision"))
+        if r.get("reason"):
+            said += f" ({r.get('reason')})"
+        came = r.get("error") or (f"HTTP {r.get('status')}" if r.get("status") else "")
+        names = (
+            f" with {', '.join(map(str, r.get('credentials') or []))}"
+            if r.get("credentials")
+            else ""
+        )
+        lines.append(
+            escape(
+                f"   {r.get('n')}{hop} {r.get('method')} {r.get('url')}{names}: {said}"
+                + (f"; {came}" if came else "")
+                + f"; {r.get('request_bytes')}/{r.get('response_bytes')} bytes, {r.get('ms')} ms"
+            )
+            + "\n"
+        )
+    for key, what in (
+        ("over_limit", "refused past egress.max_requests"),
+        ("records_dropped", "not recorded (report full)"),
+    ):
+        if egress.get(key):
+            lines.append(f"   {egress[key]} more {what}\n")
+    return lines
+
+
 def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = None) -> str:
     """What one attempt did: its console text (escaped on a terminal, newlines and tabs kept),
     then its value or error (with the stack) and timings, then a trailer."""
@@ -752,6 +952,7 @@ def render_output(reply: dict[str, Any], *, terminal: bool = False, tz: Any = No
             + (f" ({took} ms)" if isinstance(took, int) else "")
             + "\n"
         )
+    parts.extend(egress_lines(reply.get("egress")))
     note = (
         f"-- occurrence {reply.get('occurrence_id')} attempt {reply.get('attempt')} "
         f"({reply.get('execution_id')}, {reply.get('status')}): {output.get('bytes')} bytes"

@@ -2,7 +2,8 @@
 
 Validates one schedule definition file (the ``create`` document; a whole ``{"action": "create",
 "definition": {...}}`` command works too) with the same ``parse_definition`` the runner uses, and
-reports EVERY problem at once with its field path — on stderr as ``path: message`` lines, or
+reports EVERY problem at once with its field path (a syntax error in ``code`` with its line and
+column: V8 parses it, nothing runs) — on stderr as ``path: message`` lines, or
 with ``--json`` as one document on stdout. ``--limits`` names a JSON file with the runner's
 ``limits`` (``CatchUp.cap`` is bounded by ``limits.outstanding``); the default limits otherwise.
 On success it prints the normalized definition's summary: the policy with every default written
@@ -23,6 +24,7 @@ from appliance.core.calendar import compile_schedule
 from appliance.core.definition import DefinitionProblems, definition_to_json, parse_definition
 from appliance.core.errors import InvalidConfig, InvalidDefinition
 from appliance.core.limits import Limits, parse_limits
+from appliance.engine.syntax import syntax_problem
 
 EXIT_OK: Final = 0
 EXIT_INVALID: Final = 2
@@ -63,12 +65,18 @@ def check_document(document: Any, limits: Limits) -> tuple[dict[str, Any] | None
     """(the normalized definition JSON or None, every problem as [path, message])."""
     if isinstance(document, dict) and document.get("action") == "create":
         document = document.get("definition", document)
+    code = document.get("code") if isinstance(document, dict) else None
+    # V8 parses the code (nothing runs): a syntax error with its line and column (issue 35).
+    problem = syntax_problem(code) if isinstance(code, str) else None
+    syntax = [["code", str(problem)]] if problem is not None else []
     try:
         parsed = parse_definition(document, limits)
     except DefinitionProblems as problems:
-        return None, [[path or "$", message] for path, message in problems.problems]
+        return None, [[path or "$", message] for path, message in problems.problems] + syntax
     except InvalidDefinition as err:
-        return None, [["$", str(err)]]
+        return None, [["$", str(err)], *syntax]
+    if syntax:
+        return None, syntax
     return definition_to_json(parsed), []
 
 

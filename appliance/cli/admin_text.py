@@ -4,7 +4,8 @@
   schedule named ``"\\u001b[31m"`` cannot colour, move or rewrite the operator's terminal. Every
   table cell passes through it; console output keeps its newlines and tabs (``keep_layout``).
 - ``iso_time`` prints an instant (epoch seconds or RFC 3339 text) as ISO 8601: UTC with ``Z`` by
-  default, or in the zone of ``--tz`` with its offset.
+  default, or in the zone of ``--tz`` with its offset; ``relative_time`` as the tables of
+  ``list`` show it by default (``in 2m``, ``3m ago``).
 - ``fit_table`` lays rows out in columns and shrinks the columns marked shrinkable (names,
   reasons) with an ellipsis until each line fits ``WIDTH_COLUMNS`` (100); a last column marked
   ``wrap`` (a note) continues on the next lines instead, so nothing of it is lost.
@@ -86,6 +87,38 @@ def iso_time(value: Any, tz: tzinfo = UTC) -> str:
     if tz is UTC:
         return local.strftime("%Y-%m-%dT%H:%M:%SZ")
     return local.isoformat()
+
+
+def _instant_s(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None or value == "":
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    try:
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return None if moment.tzinfo is None else moment.timestamp()
+
+
+def _span(seconds: float) -> str:
+    """A duration as a table reads it: ``45s``, ``12m``, ``5h``, ``3d`` (rounded down)."""
+    s = int(seconds)
+    for unit, size, below in (("s", 1, 120), ("m", 60, 120 * 60), ("h", 3600, 48 * 3600)):
+        if s < below:
+            return f"{s // size}{unit}"
+    return f"{s // 86400}d"
+
+
+def relative_time(value: Any, now_s: float) -> str:
+    """An instant relative to ``now_s``: ``in 2m``, ``3m ago``, ``now``; ``-`` for none."""
+    instant = _instant_s(value)
+    if instant is None:
+        return "-" if value is None or value == "" else escape(str(value))
+    delta = instant - now_s
+    if abs(delta) < 1:
+        return "now"
+    return f"in {_span(delta)}" if delta > 0 else f"{_span(-delta)} ago"
 
 
 @dataclass(frozen=True)

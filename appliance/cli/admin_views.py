@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, tzinfo
 from typing import Any, Final
 
-from appliance.cli.admin_text import Column, fit_table, iso_time
+from appliance.cli.admin_text import Column, escape, fit_table, iso_time, relative_time
 from appliance.core.calendar import compile_schedule
 from appliance.core.errors import InvalidSchedule
 from appliance.owner.report_text import retry_note
@@ -65,9 +65,15 @@ def next_run(schedule: Mapping[str, Any], now_s: float) -> datetime | None:
     return compiled.next_after(datetime.fromtimestamp(int(after_s), UTC))
 
 
+def _when(value: Any, now_s: float, tz: tzinfo, relative: bool) -> str:
+    return relative_time(value, now_s) if relative else iso_time(value, tz)
+
+
 def schedule_rows(
-    result: Mapping[str, Any], now_s: float, tz: tzinfo = UTC
+    result: Mapping[str, Any], now_s: float, tz: tzinfo = UTC, relative: bool = False
 ) -> list[dict[str, Any]]:
+    """One row per schedule; while scheduling is paused every next run is marked ``(held)``."""
+    held = result.get("paused") is not None
     occurrences = [o for o in result.get("occurrences") or [] if isinstance(o, Mapping)]
     rows = []
     for schedule in result.get("schedules") or []:
@@ -82,7 +88,9 @@ def schedule_rows(
             upcoming = "disabled"
         else:
             moment = next_run(schedule, now_s)
-            upcoming = "none" if moment is None else iso_time(moment.timestamp(), tz)
+            upcoming = "none" if moment is None else _when(moment.timestamp(), now_s, tz, relative)
+            if held:
+                upcoming += " (held)"
         rows.append(
             {
                 "id": sid,
@@ -124,16 +132,10 @@ def occurrence_note(
     return occurrence.get("failure_reason")
 
 
-def occurrence_rows(
-    result: Mapping[str, Any],
-    *,
-    schedule: int | None = None,
-    state: str | None = None,
-    limit: int = LIMIT_DEFAULT,
-    tz: tzinfo = UTC,
-) -> tuple[list[dict[str, Any]], int]:
-    """The newest ``limit`` occurrences that match, oldest first; and how many matched."""
-    schedules = result.get("schedules") or []
+def matching_occurrences(
+    result: Mapping[str, Any], schedule: int | None = None, state: str | None = None
+) -> list[Mapping[str, Any]]:
+    """The occurrences of ``schedule`` in ``state`` (None: any), by id."""
     matching = [
         o
         for o in result.get("occurrences") or []
@@ -142,12 +144,54 @@ def occurrence_rows(
         and (state is None or o.get("state") == state)
     ]
     matching.sort(key=lambda o: o.get("id") or 0)
+    return matching
+
+
+def filtered_list(
+    result: Mapping[str, Any],
+    *,
+    what: str = "schedules",
+    schedule: int | None = None,
+    state: str | None = None,
+    limit: int = LIMIT_DEFAULT,
+) -> dict[str, Any]:
+    """``list``'s result with the table's filters applied (``--json`` prints this): the schedules
+    of ``--schedule``, and for ``list occurrences`` the newest ``limit`` that match."""
+    out = dict(result)
+    if schedule is not None:
+        out["schedules"] = [
+            s for s in result.get("schedules") or [] if isinstance(s, Mapping)
+            and s.get("id") == schedule
+        ]  # fmt: skip
+    matching = matching_occurrences(result, schedule, state)
+    if what == "occurrences":
+        out["occurrences"] = matching[-limit:] if limit > 0 else []
+        out["matched"] = len(matching)
+    elif schedule is not None or state is not None:
+        out["occurrences"] = matching
+    return out
+
+
+def occurrence_rows(
+    result: Mapping[str, Any],
+    *,
+    schedule: int | None = None,
+    state: str | None = None,
+    limit: int = LIMIT_DEFAULT,
+    tz: tzinfo = UTC,
+    now_s: float | None = None,
+) -> tuple[list[dict[str, Any]], int]:
+    """The newest ``limit`` occurrences that match, oldest first; and how many matched. With
+    ``now_s`` the due times are relative to it (``3m ago``)."""
+    schedules = result.get("schedules") or []
+    matching = matching_occurrences(result, schedule, state)
     shown = matching[-limit:] if limit > 0 else []
+    relative = now_s is not None
     rows = [
         {
             "id": o.get("id"),
             "schedule": o.get("schedule_id"),
-            "due": iso_time(o.get("due"), tz),
+            "due": _when(o.get("due"), now_s or 0.0, tz, relative),
             "state": o.get("state"),
             "attempt": o.get("attempt"),
             "note": occurrence_note(o, _max_retries(schedules, o.get("schedule_id")), tz),
@@ -172,13 +216,26 @@ def fleet_line(result: Mapping[str, Any]) -> str:
     return f"workers: {', '.join(shown)}\n"
 
 
-def render_schedules(result: Mapping[str, Any], now_s: float, tz: tzinfo = UTC) -> str:
-    rows = schedule_rows(result, now_s, tz)
+def paused_line(result: Mapping[str, Any], tz: tzinfo = UTC) -> str | None:
+    paused = result.get("paused")
+    if not isinstance(paused, Mapping):
+        return None
+    return (
+        f"scheduling is PAUSED since {iso_time(paused.get('at'), tz)}: the next runs below are "
+        "held, nothing starts until 'appliance admin resume'"
+    )
+
+
+def render_schedules(
+    result: Mapping[str, Any], now_s: float, tz: tzinfo = UTC, relative: bool = False
+) -> str:
+    rows = schedule_rows(result, now_s, tz, relative)
     counts = result.get("counts") if isinstance(result.get("counts"), Mapping) else {}
     by_state = counts.get("by_state") if isinstance(counts.get("by_state"), Mapping) else {}
     summary = ", ".join(f"{state} {n}" for state, n in by_state.items() if n) or "none"
+    paused = paused_line(result, tz)
     return (
-        f"{fit_table(rows, SCHEDULE_COLUMNS)}\n\n"
+        (f"{escape(paused)}\n\n" if paused else "") + f"{fit_table(rows, SCHEDULE_COLUMNS)}\n\n"
         f"occurrences retained: {counts.get('records', 0)} ({summary})\n"
         f"{fleet_line(result)}"
         "details: appliance admin list occurrences [--schedule ID] [--state STATE]\n"
@@ -193,8 +250,11 @@ def render_occurrences(
     state: str | None = None,
     limit: int = LIMIT_DEFAULT,
     tz: tzinfo = UTC,
+    now_s: float | None = None,
 ) -> str:
-    rows, matched = occurrence_rows(result, schedule=schedule, state=state, limit=limit, tz=tz)
+    rows, matched = occurrence_rows(
+        result, schedule=schedule, state=state, limit=limit, tz=tz, now_s=now_s
+    )
     more = (
         f"showing the newest {len(rows)} of {matched} (--limit N for more)"
         if matched > len(rows)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from appliance import __version__
-from appliance.cli import admin, roles
+from appliance.cli import admin, completion, roles
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers.required = True
     roles.register(subparsers)
     admin.register(subparsers)
+    completion.register(subparsers)
     return parser
 
 

@@ -9,6 +9,7 @@ output directory that is not empty (nothing is written then). Credentials are ne
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,7 +22,7 @@ EXIT_INVALID = 2
 def run_join(args: argparse.Namespace) -> int:
     from appliance.cluster_init.joiner import plan_joiner, write_joiner
     from appliance.cluster_init.layout import InvalidLayout
-    from appliance.cluster_init.readme import installed_command
+    from appliance.cluster_init.readme import ENV_FILE, installed_command
 
     cluster_dir = Path(args.join).expanduser().absolute()
     if args.node_id is None:
@@ -46,17 +47,27 @@ def run_join(args: argparse.Namespace) -> int:
     addrs = " ".join(f"--addr {a}" for a in files.management_addrs)
     admission = files.config["admission_addr"]
     scheme = "https" if files.tls_files else "http"
+    # Every command loads the cluster's env file first (the admin credential among them), so
+    # each works as printed from any shell.
+    env = f"cd {shlex.quote(str(cluster_dir))} && . ./{ENV_FILE} &&"
     print(f"wrote the config of {files.node_id}, joining the cluster in {cluster_dir}:")
     for path in written:
         print(f"  {path.relative_to(cluster_dir)}")
     print(
         "next (docs/cluster.md, section 7):\n"
-        f"  1. start it:  {app} runner {cluster_dir / files.config_name}\n"
-        f"  2. add it:    {app} admin add-voter {files.node_id} {files.cluster_addr} {addrs}\n"
-        f"  3. promote:   {app} admin promote-voter {files.node_id} --wait-s 60 {addrs}\n"
+        f"  1. start it:  {env} {app} runner {files.config_name}\n"
+        f"  2. add it:    {env} {app} admin add-voter {files.node_id} {files.cluster_addr} "
+        f"{addrs}\n"
+        f"  3. promote:   {env} {app} admin promote-voter {files.node_id} --wait-s 60 {addrs}\n"
         f"  and add {scheme}://{admission} to the worker's admission_urls, then send the worker "
         "SIGHUP (it reloads that list only), so it can ask this node for permits once it leads"
     )
+    if not files.admin_credential:
+        print(
+            f"note: this cluster's configs name no management.admin_bearer_env (written before "
+            f"the admin credential was generated): steps 2 and 3 need it in every voter's "
+            f"config and {ENV_FILE} (docs/cluster.md, section 7)"
+        )
     return EXIT_OK
 
 

@@ -45,6 +45,8 @@ class JoinerFiles:
     management_addrs: tuple[str, ...]  # every voter's and the new node's, for --addr
     tls_files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # under the tls dir
     tls_dir: Path | None = None
+    # The cluster's configs name the admin credential (add-voter and promote-voter need it).
+    admin_credential: bool = True
 
 
 def _runner_configs(cluster_dir: Path) -> list[tuple[Path, dict[str, Any], RunnerConfig]]:
@@ -150,6 +152,8 @@ def plan_joiner(
         management_addrs=tuple(addrs),
         tls_files=tls_files,
         tls_dir=tls_dir,
+        admin_credential=joiner.management is not None
+        and joiner.management.admin_bearer_env is not None,
     )
 
 

@@ -16,10 +16,11 @@ contract digest is identical across voters by construction; only per-node fields
 The documents themselves are built by ``appliance.config.loopback``, which the quickstart
 shares; this module owns the port plan and the cluster's names.
 
-Credentials: five roles, five fresh values (``secrets.token_urlsafe``), all distinct, because the
+Credentials: six roles, six fresh values (``secrets.token_urlsafe``), all distinct, because the
 runner refuses to start when two roles share a value (SPEC §6). The admission, cluster and worker
-credentials are shared by the voters (one cluster, one worker); the operator and recovery
-credentials guard every voter's management listener. Configs only *name* the variables.
+credentials are shared by the voters (one cluster, one worker); the operator, recovery and admin
+credentials guard every voter's management listener (admin: the contract amendments and the voter
+changes, so ``add-voter`` works from the env file alone). Configs only *name* the variables.
 """
 
 from __future__ import annotations

@@ -100,13 +100,15 @@ expires at {expires_at}; after that no occurrence is admitted.
 
 ## Credentials
 
-`{ENV_FILE}` (mode 0600) holds five fresh, distinct credentials, one per role (admission,
-cluster, worker, operator, recovery):
+`{ENV_FILE}` (mode 0600) holds six fresh, distinct credentials, one per role (admission,
+cluster, worker, operator, recovery, admin):
 
 {variables}
 
-The configs only name these variables. Keep the file private; anyone who reads it can operate
-the cluster. Every process below needs it in its environment: `. ./{ENV_FILE}` exports them.
+and `APPLIANCE_MANAGEMENT_ADDR={all_addrs}`, every voter's management listener, which
+`{app} admin` reads when no `--addr` is given. The configs only name these variables. Keep the
+file private; anyone who reads it can operate the cluster. Every process below needs it in its
+environment: `. ./{ENV_FILE}` exports them.
 
 {tls}## Check
 
@@ -130,12 +132,14 @@ venv). With the zipapp, use `python appliance.pyz` instead (see docs/packaging.m
 ## Look
 
     cd {here} && . ./{ENV_FILE}
-    {app} admin status --addr {all_addrs}
-    {app} admin list --addr 127.0.0.1:{first.management_port}
+    {app} admin status
+    {app} admin list
+    {app} admin watch
 
-With every voter's management port given (comma-separated, or `--addr` repeated, or in
-`APPLIANCE_MANAGEMENT_ADDR`), `admin` sends each command to the voter that holds ownership; a
-voter that does not answers 409 and names the owner it knows.
+With every voter's management port in `APPLIANCE_MANAGEMENT_ADDR` (or given with `--addr`,
+repeated or comma-separated), `admin` sends each command to the voter that holds ownership; a
+voter that does not answers 409 and names the owner it knows. One voter alone:
+`{app} admin list --addr 127.0.0.1:{first.management_port}`.
 
 {demo}
 

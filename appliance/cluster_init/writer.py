@@ -17,6 +17,7 @@ from typing import Any
 from appliance.cluster_init import pki
 from appliance.cluster_init.layout import TLS_DIR, ClusterFiles
 from appliance.cluster_init.readme import ENV_FILE, WORKER_FILE, render_readme
+from appliance.config.loopback import LOOPBACK, MANAGEMENT_ADDR_ENV, env_line
 
 README_FILE = "README.md"
 ENV_FILE_MODE = 0o600
@@ -50,14 +51,20 @@ def _json_text(document: dict[str, Any]) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def env_file_text(credentials: dict[str, str]) -> str:
+def env_file_text(credentials: dict[str, str], management_addrs: list[str]) -> str:
     lines = [
-        "# Credentials of this cluster, one per role. Keep private (mode 0600).",
-        "# Load into a shell with:  . ./cluster.env",
+        "# Credentials of this cluster, one per role, and every voter's management listener.",
+        "# Keep private (mode 0600). Load into a shell with:  . ./cluster.env",
     ]
     # token_urlsafe values are [A-Za-z0-9_-]: safe unquoted in every POSIX shell.
-    lines += [f"export {name}={value}" for name, value in credentials.items()]
+    lines += [env_line(name, value) for name, value in credentials.items()]
+    # `appliance admin` sends each command to the owner among these (no --addr needed).
+    lines.append(env_line(MANAGEMENT_ADDR_ENV, ",".join(management_addrs)))
     return "\n".join(lines) + "\n"
+
+
+def management_addrs(files: ClusterFiles) -> list[str]:
+    return [f"{LOOPBACK}:{voter.management_port}" for voter in files.plan.voters]
 
 
 def write_cluster(files: ClusterFiles, out_dir: Path) -> list[Path]:
@@ -71,7 +78,7 @@ def write_cluster(files: ClusterFiles, out_dir: Path) -> list[Path]:
         _create(path, text, mode)
         written.append(path)
 
-    put(ENV_FILE, env_file_text(files.credentials), ENV_FILE_MODE)
+    put(ENV_FILE, env_file_text(files.credentials, management_addrs(files)), ENV_FILE_MODE)
     for name, document in files.runner_configs.items():
         put(name, _json_text(document), CONFIG_FILE_MODE)
     for name, document in (files.worker_configs or {WORKER_FILE: files.worker_config}).items():

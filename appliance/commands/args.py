@@ -10,6 +10,7 @@ writes; a refusal it raises (``CoreError``) is a definite 400, since nothing was
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
@@ -17,11 +18,13 @@ from typing import Any, Final
 from appliance.core import state as core
 from appliance.core.command_plans import plan_backfill, plan_enable, plan_resume, plan_update
 from appliance.core.definition import OverlapPolicy
-from appliance.core.occurrence import INSTANT_MAX_S
+from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX
 from appliance.core.schedule_commands import REQUEST_ID_BYTES_MAX, UPDATE_FIELDS
 
 Compiled = Callable[[int], Any]  # schedule id -> its compiled calendar (the owner's cache)
 INSTANT_TEXT_BYTES_MAX: Final = 64
+# The fraction of a second in an instant's text (a date never holds "." or ",").
+_FRACTION: Final = re.compile(r"[.,](\d+)")
 _REQUEST_CHARS: Final = frozenset(
     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
 )
@@ -42,8 +45,11 @@ def _bool(args: Mapping[str, Any], field: str) -> None:
         raise ArgumentError(field, "must be true or false")
 
 
-def instant_arg(value: Any, field: str) -> int:
-    """An RFC 3339 instant with an offset (``2026-12-01T10:00:00Z``) as whole seconds."""
+def instant_arg(value: Any, field: str, *, round_up: bool = False) -> int:
+    """An RFC 3339 instant with an offset (``2026-12-01T10:00:00Z``) as whole seconds: a
+    fraction of a second is dropped (rounded down), or with ``round_up`` taken to the next whole
+    second. The fraction is read from the text, every digit of it: ``datetime`` keeps only
+    microseconds, so ``.000000001`` would otherwise look like a whole second."""
     if not isinstance(value, str) or not 0 < len(value) <= INSTANT_TEXT_BYTES_MAX:
         raise ArgumentError(field, "must be an RFC 3339 instant such as 2026-12-01T10:00:00Z")
     try:
@@ -52,10 +58,29 @@ def instant_arg(value: Any, field: str) -> int:
         raise ArgumentError(field, "is not an RFC 3339 instant", shape=False) from None
     if instant.tzinfo is None:
         raise ArgumentError(field, "must carry an offset (Z or +hh:mm)", shape=False)
-    seconds = int(instant.timestamp() // 1)
+    seconds = int(instant.replace(microsecond=0).timestamp())
+    fraction = _FRACTION.search(value)
+    if round_up and fraction is not None and fraction.group(1).strip("0"):
+        seconds += 1
     if not 0 <= seconds <= INSTANT_MAX_S:
         raise ArgumentError(field, "must be between 1970 and 9999", shape=False)
     return seconds
+
+
+def backfill_window(args: Mapping[str, Any]) -> tuple[int, int]:
+    """``[start, end]`` in whole seconds, both inclusive: ``start`` rounded up to the next whole
+    second and ``end`` down, so no slot before ``start`` or after ``end`` is ever created."""
+    start_s = instant_arg(args["start"], "start", round_up=True)
+    end_s = instant_arg(args["end"], "end")
+    if start_s > end_s:
+        if instant_arg(args["start"], "start") <= end_s:
+            raise ArgumentError(
+                "start",
+                "start and end lie within one second: the window holds no whole second",
+                shape=False,
+            )
+        raise ArgumentError("start", "must not be after end", shape=False)
+    return start_s, end_s
 
 
 def check_run_now(args: Mapping[str, Any]) -> None:
@@ -103,10 +128,7 @@ def check_update(args: Mapping[str, Any]) -> None:
 
 
 def check_backfill(args: Mapping[str, Any]) -> None:
-    start_s = instant_arg(args["start"], "start")
-    end_s = instant_arg(args["end"], "end")
-    if start_s > end_s:
-        raise ArgumentError("start", "must not be after end", shape=False)
+    backfill_window(args)
     overlap = args.get("overlap", OverlapPolicy.QUEUE.value)
     if overlap not in {p.value for p in OverlapPolicy}:
         raise ArgumentError("overlap", 'must be "Skip", "Queue" or "Concurrent"')
@@ -135,7 +157,8 @@ def plan_update_args(
     args: Mapping[str, Any], at_s: int, st: core.SchedulerState, compiled: Compiled
 ) -> Any:
     changes = {f: args[f] for f in UPDATE_FIELDS if f in args}
-    return plan_update(st, args["id"], changes, at_s)
+    # A new name is checked for uniqueness at apply (UpdateNamedSchedule, issue 35).
+    return core.with_unique_name(plan_update(st, args["id"], changes, at_s))
 
 
 def plan_backfill_args(
@@ -144,15 +167,37 @@ def plan_backfill_args(
     schedule_id = args["id"]
     if schedule_id not in st.schedules:
         raise core.UnknownSchedule(f"id: no schedule {schedule_id}")
+    start_s, end_s = backfill_window(args)
     return plan_backfill(
         st,
         compiled(schedule_id),
         schedule_id,
-        instant_arg(args["start"], "start"),
-        instant_arg(args["end"], "end"),
+        start_s,
+        end_s,
         at_s,
         args.get("overlap", OverlapPolicy.QUEUE.value),
     )
+
+
+# ---- contract amendments (issue 20; issue 36: the operator's base) ---------------------------
+
+BASE_AMENDMENT_FIELD: Final = "base_amendment"
+
+
+def check_base_amendment(args: Mapping[str, Any]) -> None:
+    """``base_amendment`` (optional on every amendment): the ``contract.amendment`` index that
+    ``status`` showed, a whole number 0 ... INT_MAX. The apply refuses the amendment when another
+    committed since (appliance/core/amendments.py); without it the owner builds on the one in
+    force."""
+    if BASE_AMENDMENT_FIELD not in args:
+        return
+    value = args[BASE_AMENDMENT_FIELD]
+    if type(value) is not int:
+        raise ArgumentError(
+            BASE_AMENDMENT_FIELD, "must be the integer contract.amendment that status showed"
+        )
+    if not 0 <= value <= INT_MAX:
+        raise ArgumentError(BASE_AMENDMENT_FIELD, f"must be between 0 and {INT_MAX}", shape=False)
 
 
 # ---- membership (issue 20): Raft entries, not Machine commands -------------------------------

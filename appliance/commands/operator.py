@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from appliance.commands.args import ArgumentError
+from appliance.commands.checks import CommandRefused, check_action, check_arguments
 from appliance.commands.table import COMMANDS, MUTATIONS
 from appliance.core.errors import CoreError, InvalidDefinition
-from appliance.protocol.v1 import ID_MAX
 
 __all__ = [
     "ACTIONS",
@@ -65,14 +64,8 @@ def error_reply(status: int, code: str, message: str, **fields: Any) -> dict[str
     return reply
 
 
-def _id(value: Any, name: str) -> int:
-    if type(value) is not int or not 1 <= value <= ID_MAX:
-        message = f"{name}: must be an integer id in [1, {ID_MAX}]"
-        raise OperatorError(400, "invalid_command", message)
-    return value
-
-
 def parse_operator(line: str | bytes) -> OperatorCommand:
+    """One stdin line as a checked command (``checks.check_arguments``); ``OperatorError``."""
     if len(line) > LINE_BYTES_MAX:
         raise OperatorError(413, "too_large", f"a command line is at most {LINE_BYTES_MAX} bytes")
     try:
@@ -81,36 +74,12 @@ def parse_operator(line: str | bytes) -> OperatorCommand:
         raise OperatorError(400, "invalid_json", "a command is one JSON object per line") from None
     if not isinstance(document, dict):
         raise OperatorError(400, "invalid_command", "a command must be a JSON object")
-    action = document.get("action")
-    if not isinstance(action, str) or action not in ACTIONS:
-        raise OperatorError(
-            400, "invalid_command", f"action: must be one of {', '.join(sorted(ACTIONS))}"
-        )
-    expected = ACTIONS[action]
-    for key in document:
-        if key != "action" and key not in expected:
-            raise OperatorError(400, "invalid_command", f"{key}: unknown field for {action}")
-    spec = COMMANDS[action]
-    for key in spec.required:
-        if key not in document:
-            raise OperatorError(400, "invalid_command", f"{key}: required for {action}")
-    args = {k: v for k, v in document.items() if k != "action"}
-    for key in spec.id_fields:
-        _id(args[key], key)
-    if spec.check is not None:
-        try:
-            spec.check(args)
-        except ArgumentError as err:
-            raise OperatorError(400, "invalid_command", str(err)) from None
-    if action == "acknowledge_stopped" and args["dispatcher_and_work_quiesced"] is not True:
-        raise OperatorError(
-            400,
-            "attestation_required",
-            "dispatcher_and_work_quiesced: must be exactly true (attest that the old dispatcher "
-            "cannot submit and the accepted work has stopped)",
-        )
-    if action == "create" and not isinstance(args["definition"], dict):
-        raise OperatorError(400, "invalid_command", "definition: must be an object")
+    try:
+        action = check_action(document.get("action"))
+        args = check_arguments(action, {k: v for k, v in document.items() if k != "action"})
+    except CommandRefused as refused:
+        raise OperatorError(refused.status, refused.code, refused.message) from None
+    del args["action"]
     return OperatorCommand(action, args)
 
 
@@ -123,7 +92,7 @@ def build_mutation(
     """The core command a mutating operator command commits (its row's ``build``, or its
     ``plan`` run through ``planned(plan, args, at_s)``, which gives it the committed state and
     the calendar); ``check_definition`` parses a create's definition or raises ``OperatorError``.
-    A plan's refusal (a ``CoreError``) is a definite 400: nothing was proposed."""
+    A plan's or a build's refusal (a ``CoreError``) is a definite 400: nothing was proposed."""
     spec = COMMANDS[command.action]
     args = dict(command.args)
     if "definition" in spec.fields:
@@ -136,4 +105,7 @@ def build_mutation(
             raise OperatorError(400, code, str(err)) from None
     if spec.build is None:
         raise OperatorError(400, "invalid_command", f"action: {command.action} changes nothing")
-    return spec.build(args, at_s)
+    try:
+        return spec.build(args, at_s)
+    except CoreError as err:  # a rule checked before proposing (e.g. the grant's horizon)
+        raise OperatorError(400, "refused", str(err)) from None

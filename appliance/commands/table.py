@@ -11,11 +11,12 @@ row here (plus, if it needs one, the owner's follow-up after the commit).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from appliance.commands import args
 from appliance.core import state as core
+from appliance.core.amendments import check_grant_horizon
 
 # The management roles (seeds/001): an operator may do everything but the recovery actions.
 OPERATOR: Final = "operator"
@@ -86,8 +87,11 @@ _ROWS: tuple[CommandSpec, ...] = (
     CommandSpec(
         "create",
         ("definition",),
-        build=lambda a, at_s: core.CreateSchedule(a["definition"], at_s),
+        # A named definition is created by CreateNamedSchedule: names are unique among live
+        # schedules, checked at apply (appliance/core/unique_names.py, issue 35).
+        build=lambda a, at_s: core.with_unique_name(core.CreateSchedule(a["definition"], at_s)),
         description="Create a schedule from a definition (code, cron, timezone, policy). "
+        "A name must not be the name of another live schedule (refused with existing_id). "
         "Creation has no request deduplication: after an uncertain result, inspect "
         "the schedule list before creating again.",
     ),
@@ -200,8 +204,9 @@ _ROWS: tuple[CommandSpec, ...] = (
         schema_optional=("dispatcher_and_work_quiesced",),
     ),
 )
-# The contract amendments (issue 20, appliance/core/amendments.py). The owner adds
-# ``base_amendment`` (the amendment in force) and normalizes the values before ``build``
+# The contract amendments (issue 20, appliance/core/amendments.py). Each takes an optional
+# ``base_amendment`` (added to every amendment row below, issue 36); the owner fills in the
+# amendment in force when it is left out and normalizes the values before ``build``
 # (appliance/owner/contract.py); ``amend_limits`` fields left out keep their value.
 _LIMIT_FIELDS: Final = ("schedules", "records", "outstanding", "running", "grace_seconds")
 _AMENDMENT_ROWS: Final = (
@@ -212,15 +217,16 @@ _AMENDMENT_ROWS: Final = (
         optional=("timeout_seconds", "heap_mb", "session"),
         build=lambda a, at_s: core.RenewGrant(
             a["base_amendment"],
-            a["expires_at"],
+            check_grant_horizon(a["expires_at"], at_s),
             at_s,
             a.get("timeout_seconds"),
             a.get("heap_mb"),
             a.get("session"),
         ),
         description="Admin only: renew the execution grant. New claims carry the new expires_at "
-        "(RFC 3339, later than now) and, when given, timeout_seconds, heap_mb and session; "
-        "attempts already claimed keep the authority they were bound with.",
+        "(RFC 3339, later than now and at most 1826 days (5 years) ahead) and, when given, "
+        "timeout_seconds, heap_mb and session; attempts already claimed keep the authority they "
+        "were bound with.",
     ),
     CommandSpec(
         "amend_remote",
@@ -324,7 +330,39 @@ _MEMBERSHIP_ROWS: Final = (
         "stops voting; stop its process afterwards.",
     ),
 )
-_ROWS = (*_ROWS, *_AMENDMENT_ROWS, *_FLEET_ROWS, *_MEMBERSHIP_ROWS)
+
+
+def _checks(*checks: Callable[[Mapping[str, Any]], None] | None) -> Callable[..., None]:
+    def check(arguments: Mapping[str, Any]) -> None:
+        for one in checks:
+            if one is not None:
+                one(arguments)
+
+    return check
+
+
+def _built_on_a_base(row: CommandSpec) -> CommandSpec:
+    """Every amendment (an admin row that is not a membership change, whichever issue adds it)
+    may name the amendment its author read (issue 36): a stale one is refused at apply."""
+    if row.role != ADMIN or row.membership is not None or args.BASE_AMENDMENT_FIELD in row.fields:
+        return row
+    return replace(
+        row,
+        fields=(*row.fields, args.BASE_AMENDMENT_FIELD),
+        optional=(*row.optional, args.BASE_AMENDMENT_FIELD),
+        check=_checks(row.check, args.check_base_amendment),
+        description=row.description + _BASE_DESCRIPTION,
+    )
+
+
+_BASE_DESCRIPTION: Final = (
+    " Pass base_amendment, the contract.amendment that status showed: if another amendment "
+    "committed since, this one is refused (read status and amend again) instead of "
+    "overwriting it."
+)
+_ROWS = tuple(
+    _built_on_a_base(row) for row in (*_ROWS, *_AMENDMENT_ROWS, *_FLEET_ROWS, *_MEMBERSHIP_ROWS)
+)
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}
 MUTATIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.mutates)
 RECOVERY_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == RECOVERY)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import stat
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, BinaryIO, Final
 
 from appliance.core.binding import HEAP_MB_RANGE, TIMEOUT_SECONDS_RANGE
 from appliance.core.errors import InvalidConfig
@@ -57,9 +59,44 @@ def decode_json(text: str) -> Any:
         raise InvalidConfig([("$", f"is not acceptable JSON: {err}")]) from None
 
 
-def read_json_file(path: str | Path, bytes_max: int) -> Any:
+_KINDS: Final = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def _open_regular(path: str | Path) -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file, without ever blocking in
+    ``open()``: ``O_NONBLOCK`` makes opening a FIFO with no writer return at once (it then fails
+    the check), where a plain open would wait for a writer forever."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
     try:
-        with open(path, "rb") as handle:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise InvalidConfig(
+                [("$", f"{path} is not a regular file ({_kind(mode)}); a config is read from one")]
+            )
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_json_file(path: str | Path, bytes_max: int, *, regular_only: bool = False) -> Any:
+    """The JSON document in ``path``, at most ``bytes_max`` bytes. With ``regular_only`` (the
+    runner's and the worker's configs) anything but a regular file is refused, without blocking:
+    a FIFO or a device would hold the reading thread until someone writes to it."""
+    try:
+        handle = _open_regular(path) if regular_only else open(path, "rb")  # noqa: SIM115
+        with handle:
             data = handle.read(bytes_max + 1)
     except OSError as err:
         raise InvalidConfig([("$", f"cannot read {path}: {err.strerror or err}")]) from None

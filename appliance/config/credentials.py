@@ -5,7 +5,8 @@ Theory of operation: a config names environment variables; ``resolve_runner_cred
 credential a process needs, or raise ``InvalidConfig`` listing every problem: a variable that is
 missing or empty, a value that cannot travel in an HTTP ``Authorization`` header, or the same
 value used for two roles (SPEC §6: operator, recovery, worker, admission and cluster credentials
-— and the optional admin credential of the contract amendments, issue 20 — must all differ, so
+— and the optional admin credential of the contract amendments, issue 20, and the web console's,
+issue 34 — must all differ, so
 one leaked credential never grants another role's authority). Error messages name the variable
 and the roles, never the value.
 
@@ -49,6 +50,7 @@ class RunnerCredentials:
     operator: Secret | None = None  # management.bearer_env
     recovery: Secret | None = None  # management.recovery_bearer_env
     admin: Secret | None = None  # management.admin_bearer_env: the contract amendments
+    console: Secret | None = None  # console.bearer_env: the web console's dashboard token
     # Issue 33: a fleet worker's own credentials (worker_id → value), for the workers that name
     # a ``bearer_env`` (what the runner presents to it) or an ``admission_bearer_env`` (what it
     # presents to the admission route). The others use ``worker`` and ``admission``.
@@ -70,6 +72,7 @@ class RunnerCredentials:
             "operator": self.operator,
             "recovery": self.recovery,
             "admin": self.admin,
+            "console": self.console,
         }
         roles.update({f"{WORKER_ROLE_PREFIX}{w}": s for w, s in sorted(self.workers.items())})
         roles.update({f"{ADMISSION_ROLE_PREFIX}{w}": s for w, s in sorted(self.admissions.items())})
@@ -153,6 +156,8 @@ def resolve_runner_credentials(cfg: RunnerConfig, environ: Mapping[str, str]) ->
             )
         if cfg.management.admin_bearer_env is not None:
             roles.append(("admin", "management.admin_bearer_env", cfg.management.admin_bearer_env))
+    if cfg.console is not None:  # extension (issue 34): it too must differ from every other
+        roles.append(("console", "console.bearer_env", cfg.console.bearer_env))
     resolved = _resolve(roles, environ)
     workers = {
         role.removeprefix(WORKER_ROLE_PREFIX): resolved.pop(role)

@@ -2,12 +2,14 @@
 
 Theory of operation: ``appliance quickstart`` (one voter) and ``appliance cluster init`` (a
 voter set) both generate a runner config per voter and one worker config, all on 127.0.0.1 and all
-naming the same five credential variables. The documents are built here, from explicit ports and
+naming the same six credential variables. The documents are built here, from explicit ports and
 names, so both commands produce the same shape and stay valid together when a config field is
 added; each caller keeps its own choice of ports (a fixed plan or free ports), directories,
 namespace and demo schedule.
 
-Credentials: one variable per role (SPEC §6); configs only *name* them. A fresh value is
+Credentials: one variable per role (SPEC §6); configs only *name* them. The env files also export
+``APPLIANCE_MANAGEMENT_ADDR`` (every voter's management listener), which ``appliance admin``
+reads when no ``--addr`` is given. A fresh value is
 ``secrets.token_urlsafe(TOKEN_BYTES)``, whose alphabet ``[A-Za-z0-9_-]`` is safe unquoted in a
 shell and in an ``Authorization`` header. The operator and recovery names are the defaults of
 ``appliance admin --token-env``, so the admin commands printed for a generated deployment need no
@@ -35,7 +37,13 @@ ENV_NAMES: Final = {
     "worker": "MCP_SCHEDULER_WORKER_TOKEN",
     "operator": "MCP_SCHEDULER_OPERATOR_TOKEN",
     "recovery": "MCP_SCHEDULER_RECOVERY_TOKEN",
+    # The contract amendments and voter changes (management.admin_bearer_env, issue 20): written
+    # too (issue 35), so the add-voter that ``cluster init --join`` prints works as printed.
+    "admin": "MCP_SCHEDULER_ADMIN_TOKEN",
 }
+# Where ``appliance admin`` finds the management listeners (comma-separated); the env files of
+# quickstart and cluster init export it, so a loaded env file needs no --addr.
+MANAGEMENT_ADDR_ENV: Final = "APPLIANCE_MANAGEMENT_ADDR"
 
 
 def fresh_token() -> str:
@@ -64,12 +72,29 @@ def remote_section(
 
 
 def management_section(port: int) -> dict[str, Any]:
-    """The runner's ``management`` object: a loopback listener for the operator and recovery."""
+    """The runner's ``management`` object: a loopback listener for the operator, recovery and
+    admin credentials."""
     return {
         "addr": f"{LOOPBACK}:{port}",
         "bearer_env": ENV_NAMES["operator"],
         "recovery_bearer_env": ENV_NAMES["recovery"],
+        "admin_bearer_env": ENV_NAMES["admin"],
     }
+
+
+# The web console's dashboard credential (issue 34): the quickstart writes it; ``cluster init``
+# leaves the console to the operator (it is per node, and off by default).
+CONSOLE_ENV: Final = "APPLIANCE_CONSOLE_TOKEN"
+
+
+def console_section(port: int) -> dict[str, Any]:
+    """The runner's ``console`` object: the loopback web console, read-only (no actions)."""
+    return {"addr": f"{LOOPBACK}:{port}", "bearer_env": CONSOLE_ENV}
+
+
+def env_line(name: str, value: str) -> str:
+    """``export NAME=value``: tokens are [A-Za-z0-9_-] and addresses [0-9.:,], safe unquoted."""
+    return f"export {name}={value}"
 
 
 def admission_url(port: int) -> str:

@@ -21,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from appliance.config.addresses import bracket
 from appliance.config.common import ENV_NAME
+from appliance.config.urls import OriginError, parse_origin
 from appliance.core.schema import (
     Choice,
     Custom,
@@ -34,7 +36,6 @@ from appliance.core.schema import (
     join,
     show,
 )
-from appliance.http.client import InvalidUrl, split_url
 
 ENDPOINTS_MAX: Final = 16
 ENDPOINT_BYTES_MAX: Final = 512
@@ -67,12 +68,12 @@ def _endpoint(value: object, path: str, problems: Problems) -> Any:
     if not isinstance(text, str):
         return text
     try:
-        origin, rest = split_url(text)
-    except InvalidUrl as err:
+        origin = parse_origin(text, plain_http_anywhere=True)
+    except OriginError as err:
         return problems.add(path, f"{err}, got {show(text)}")
-    if rest != "/" or text.endswith("/"):
+    if text.endswith("/"):
         return problems.add(path, f"must be scheme://host:port only, got {show(text)}")
-    return str(origin)
+    return f"{origin.scheme}://{bracket(origin.host)}:{origin.port}"
 
 
 _ETCD: Final = Obj(

@@ -146,6 +146,21 @@ class ManagementConfig:
     tls: bool = False  # serve it over TLS with this voter's `tls` certificate
 
 
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """Extension (issue 34): the optional loopback web console (per node, not sealed).
+
+    Its own listener and credential (never management's: seeds/001 keeps "no browser flow"
+    there); ``actions`` opts into the write buttons (run now, enable/disable, pause/resume,
+    cancel); ``tls`` serves it with this voter's certificate and marks the cookie ``Secure``.
+    """
+
+    addr: HostPort
+    bearer_env: str
+    tls: bool = False
+    actions: bool = False
+
+
 # Log compaction defaults (docs/raft.md, "Snapshots and log compaction"): etcd's 10,000 applied
 # entries per snapshot and 5,000 kept for slow followers; a byte trigger for large entries.
 SNAPSHOT_ENTRIES_DEFAULT: Final = 10_000
@@ -179,6 +194,7 @@ class RunnerConfig:
     limits: Limits = field(default_factory=Limits)
     schedules: tuple[Definition, ...] = ()
     management: ManagementConfig | None = None
+    console: ConsoleConfig | None = None  # extension (issue 34), per node, not sealed
     raft: RaftTimings = field(default_factory=RaftTimings)
     replication: RaftBackend | EtcdBackend = RAFT
     tls: TlsConfig | None = None  # per node, not sealed (appliance/config/tls.py)
@@ -362,12 +378,37 @@ def _management_rule() -> Obj:
     )
 
 
-def _check_management_tls(values: Any, path: str, problems: Problems) -> None:
-    management = values["management"]
-    if management is not None and management.tls and values["tls"] is None:
+def _console_rule() -> Obj:
+    return Obj(
+        fields={
+            "addr": Field(Custom(loopback_addr_rule), doc="loopback host:port"),
+            "bearer_env": Field(ENV_NAME, doc="names the dashboard credential variable"),
+            "tls": Field(Custom(boolean_rule), required=False, default=False),
+            "actions": Field(Custom(boolean_rule), required=False, default=False),
+        },
+        build=ConsoleConfig,
+    )
+
+
+def _check_listener_tls(values: Any, path: str, problems: Problems) -> None:
+    """``management.tls`` and ``console.tls`` serve this voter's certificate: it must exist."""
+    for name in ("management", "console"):
+        section = values[name]
+        if section is not None and section.tls and values["tls"] is None:
+            problems.add(
+                join(join(path, name), "tls"),
+                "needs a tls section (the listener serves this voter's certificate)",
+            )
+
+
+def _check_console_addr(values: Any, path: str, problems: Problems) -> None:
+    """The console and management listeners cannot share an address."""
+    console, management = values["console"], values["management"]
+    if console is not None and management is not None and console.addr == management.addr:
         problems.add(
-            join(join(path, "management"), "tls"),
-            "needs a tls section (the listener serves this voter's certificate)",
+            join(join(path, "console"), "addr"),
+            f"must differ from management.addr ({management.addr}): the console is its own "
+            "listener",
         )
 
 
@@ -432,6 +473,7 @@ RUNNER_RULE: Final = Obj(
         "schedules": Field(_schedules_rule, required=False, default=()),
         "remote": Field(_remote_rule()),
         "management": Field(_management_rule(), required=False, default=None),
+        "console": Field(_console_rule(), required=False, default=None),
         "raft": Field(RAFT_RULE, required=False, default=RaftTimings()),
         "replication": Field(REPLICATION, required=False, default=RAFT),
         "tls": Field(TLS_RULE, required=False, default=None),
@@ -442,7 +484,8 @@ RUNNER_RULE: Final = Obj(
         CrossCheck(("node_id", "advertise_addr", "cluster_port", "peers"), _check_peers),
         CrossCheck(("join", "peers", "replication"), _check_join),
         CrossCheck(("replication", "peers"), check_peers),
-        CrossCheck(("management", "tls"), _check_management_tls),
+        CrossCheck(("management", "console", "tls"), _check_listener_tls),
+        CrossCheck(("management", "console"), _check_console_addr),
     ),
 )
 
@@ -457,4 +500,4 @@ def parse_runner_config(obj: object) -> RunnerConfig:
 
 def load_runner_config(path: str | Path) -> RunnerConfig:
     """Read, decode (strictly: duplicate keys refused) and validate a runner config file."""
-    return parse_runner_config(read_json_file(path, CONFIG_FILE_BYTES_MAX))
+    return parse_runner_config(read_json_file(path, CONFIG_FILE_BYTES_MAX, regular_only=True))

@@ -52,7 +52,11 @@ class Origin:
         return self.url
 
 
-def parse_origin(text: str) -> Origin:
+def parse_origin(text: str, *, plain_http_anywhere: bool = False) -> Origin:
+    """The ``Origin`` a URL names, by the rules above; ``OriginError`` naming what is wrong.
+
+    ``plain_http_anywhere`` lifts only the loopback rule for ``http`` (etcd endpoints, whose
+    documented rule lets an operator reach etcd over plain HTTP); the grammar is the same."""
     if utf8_length(text) is None or len(text.encode("utf-8", "replace")) > URL_BYTES_MAX:
         raise OriginError(f"must be a URL of at most {URL_BYTES_MAX} bytes")
     if _FORBIDDEN_CHARS.search(text):
@@ -76,7 +80,7 @@ def parse_origin(text: str) -> Origin:
     if not authority:
         raise OriginError("must name a host")
     host, port = _split_authority(authority, DEFAULT_PORTS[scheme])
-    if scheme == "http" and not is_loopback_host(host):
+    if scheme == "http" and not plain_http_anywhere and not is_loopback_host(host):
         raise OriginError(
             f"plain http is only allowed for a loopback IP (127.0.0.0/8 or [::1]), got host "
             f"{show(host)}; use https"

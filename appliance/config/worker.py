@@ -7,10 +7,13 @@ the origin rules of ``appliance.config.urls`` and must be distinct origins (fall
 matters, and a repeated origin would only repeat a failure). ``engine.heap_mb_max`` and
 ``engine.timeout_seconds_max`` are optional ceilings: the binding's execution authority decides
 the engine limits, and the worker may only lower them (``effective_*`` below), never raise them.
+The optional ``egress`` section (appliance/config/egress.py) opens ``fetch()`` to scripts; its
+relative file paths are resolved against the config file's directory here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from appliance.config.common import (
     decode_json,
     read_json_file,
 )
+from appliance.config.egress import EGRESS_RULE, EgressSettings, resolve_egress_paths
 from appliance.config.tls import TLS_RULE, TlsConfig
 from appliance.config.urls import Origin, origin_rule
 from appliance.core.errors import InvalidConfig
@@ -68,6 +72,7 @@ class WorkerConfig:
     engine: EngineSettings = field(default_factory=EngineSettings)
     metrics_addr: HostPort | None = None
     tls: TlsConfig | None = None  # per node (appliance/config/tls.py)
+    egress: EgressSettings | None = None  # None: scripts have no fetch() (config/egress.py)
 
 
 ENGINE_RULE: Final = Obj(
@@ -102,6 +107,7 @@ WORKER_RULE: Final = Obj(
         "engine": Field(ENGINE_RULE, required=False, default=EngineSettings()),
         "metrics_addr": Field(Custom(loopback_addr_rule), required=False, default=None),
         "tls": Field(TLS_RULE, required=False, default=None),
+        "egress": Field(EGRESS_RULE, required=False, default=None),
     },
     build=WorkerConfig,
 )
@@ -118,7 +124,10 @@ def parse_worker_config(obj: object) -> WorkerConfig:
 def load_worker_config(environ: Mapping[str, str], path: str | Path | None = None) -> WorkerConfig:
     """Load from ``path`` when given, else from ``environ[MCP_SCHEDULED_WORKER_CONFIG]``."""
     if path is not None:
-        return parse_worker_config(read_json_file(path, WORKER_CONFIG_BYTES_MAX))
+        return _with_egress_paths(
+            parse_worker_config(read_json_file(path, WORKER_CONFIG_BYTES_MAX, regular_only=True)),
+            path,
+        )
     text = environ.get(WORKER_CONFIG_ENV)
     if text is None or not text.strip():
         raise InvalidConfig(
@@ -128,4 +137,11 @@ def load_worker_config(environ: Mapping[str, str], path: str | Path | None = Non
         raise InvalidConfig(
             [(WORKER_CONFIG_ENV, f"is larger than {WORKER_CONFIG_BYTES_MAX} bytes")]
         )
-    return parse_worker_config(decode_json(text))
+    return _with_egress_paths(parse_worker_config(decode_json(text)), None)
+
+
+def _with_egress_paths(config: WorkerConfig, path: str | Path | None) -> WorkerConfig:
+    """The egress section's file paths made absolute against the config file (or refused)."""
+    if config.egress is None:
+        return config
+    return dataclasses.replace(config, egress=resolve_egress_paths(config.egress, path))

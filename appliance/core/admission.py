@@ -55,7 +55,6 @@ from appliance.core.binding import (
     instant_text,
     invocation_from_json,
     invocation_to_json,
-    payload_sha256,
 )
 from appliance.core.commands import Claim
 from appliance.core.definition import Definition
@@ -89,6 +88,7 @@ from appliance.core.state_errors import InvalidCommand
 from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import CHARGING_V2, S
 from appliance.core.txn import Txn, _check_instant, on_retire, register
+from appliance.protocol.v1 import payload_sha256
 
 # A new permit only for the exact current attempt in one of these states (see rule 3 above).
 ADMISSION_STATES = frozenset({S.RUNNING, S.UNKNOWN})

@@ -5,8 +5,9 @@ Theory of operation
 The contract sealed at a store's creation is the *genesis*; every voter holds the same one (the
 genesis digest is compared on every message between voters). Three replicated commands amend it:
 
-* ``RenewGrant`` — a new ``remote.expires_at`` and, within the binding's bounds, a new
-  ``timeout_seconds`` / ``heap_mb`` / ``session``. New claims carry the amended authority;
+* ``RenewGrant`` — a new ``remote.expires_at`` (at most ``GRANT_HORIZON_DAYS_MAX`` days ahead,
+  checked when the owner builds it: ``check_grant_horizon``) and, within the binding's bounds, a
+  new ``timeout_seconds`` / ``heap_mb`` / ``session``. New claims carry the amended authority;
   bindings already issued keep theirs (a claim's binding is never rewritten). A new
   ``timeout_seconds`` only while no attempt is live: the owner observes attempts until the
   timeout in force.
@@ -18,8 +19,10 @@ genesis digest is compared on every message between voters). Three replicated co
 * ``AmendLimits`` — new limits: raising always fits; lowering only when the current state fits
   (schedules, records, outstanding, running counted now).
 
-Each command carries ``base_amendment``, the amendment index it was built on: a second amendment
-built on the same base is refused (a compare-and-set), never silently merged. The core holds only
+Each command carries ``base_amendment``, the amendment index it was built on — the one the
+operator read in ``status`` when they sent it, else the one in force when the owner built it: an
+amendment built on a base that is no longer the one in force is refused (a compare-and-set), never
+silently merged. The rule is in ``_record``, shared by every amendment kind. The core holds only
 the *amended* values (``in_force``: the remote fields set by some amendment, latest wins); the
 fields no amendment set are still the genesis, which the owner reads from the sealed contract.
 So the apply can check exactly what it knows: a claim whose worker id or authority differs from an
@@ -68,6 +71,11 @@ REMOTE_FIELDS: Final = ("url", "worker_id")
 # Every key an amendment may set in the sealed remote (issue 33 adds the fleet's ``workers``).
 REMOTE_CONTRACT_KEYS: Final = (*GRANT_FIELDS, *REMOTE_FIELDS, "workers")
 URL_BYTES_MAX: Final = 2048
+# How far ahead a renewal may set the grant: five years (of 365.25 days, in whole days). A grant
+# is a bound on how long the cluster may launch work without an operator looking again; a typo
+# such as 9999-12-31 would remove it.
+GRANT_HORIZON_DAYS_MAX: Final = 1826
+GRANT_HORIZON_S_MAX: Final = GRANT_HORIZON_DAYS_MAX * 86_400
 
 
 class AmendmentRefused(RunnerRefusal):
@@ -185,6 +193,21 @@ def _record(
         value["fleet"] = fleet_state
     txn.put_extra(CONTRACT_PART, value)
     return Amended(index, kind, changes)
+
+
+def check_grant_horizon(expires_at: str, at_s: int) -> str:
+    """``expires_at`` when it is at most ``GRANT_HORIZON_DAYS_MAX`` days after ``at_s`` (exactly
+    at the horizon passes); ``AmendmentRefused`` naming the field otherwise.
+
+    Checked when the owner builds a ``RenewGrant``, never in its apply: a voter of an earlier
+    binary applies ``RenewGrant`` without this rule, and apply must stay identical on every voter
+    (a rule added to an existing kind's apply would make voters of two binaries disagree)."""
+    if expires_at_s(expires_at) - at_s > GRANT_HORIZON_S_MAX:
+        raise AmendmentRefused(
+            f"expires_at: {expires_at} is more than {GRANT_HORIZON_DAYS_MAX} days (5 years) after "
+            f"now ({instant_text(at_s)}); renew for at most that, and again before it passes"
+        )
+    return expires_at
 
 
 # ---- applies -----------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from appliance.core.canonical import canonical_json, sha256_hex
+from appliance.core.canonical import canonical_json
 from appliance.core.occurrence import INSTANT_MAX_S, INT_MAX
 from appliance.core.state_errors import InvalidCommand
 from appliance.protocol.v1 import (
@@ -84,10 +84,6 @@ def expires_at_s(text: str) -> int:
         raise InvalidCommand("authority.expires_at: must carry an offset (Z or +hh:mm)")
     seconds = int(instant.timestamp() // 1)
     return max(0, min(seconds, INSTANT_MAX_S))
-
-
-def payload_sha256(code: str) -> str:
-    return sha256_hex(code.encode("utf-8"))
 
 
 # ---- validation ----------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from appliance.core.state_model import SchedulerState, payload_digest
+from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import KeptCode, Schedule
 from appliance.core.txn import Txn, before_commit
+from appliance.protocol.v1 import payload_sha256
 
 # An update that would keep more codes than this for one schedule is refused (wait for the live
 # occurrences of the older updates to end): it bounds the schedule part at about 9 x 64 KiB.
@@ -40,7 +41,7 @@ def code_for(schedule: Schedule, occurrence_id: int) -> str:
 
 
 def digest_for(schedule: Schedule, occurrence_id: int) -> str:
-    return payload_digest(code_for(schedule, occurrence_id))
+    return payload_sha256(code_for(schedule, occurrence_id))
 
 
 def record_code(state: SchedulerState, occurrence_id: int) -> str | None:

@@ -49,7 +49,7 @@ from appliance.core.state_errors import (
     OutstandingLimitReached,
     Paused,
 )
-from appliance.core.state_model import SchedulerState, payload_digest
+from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import (
     DROP_REASONS,
     GROWTH_BYTES_MAX,
@@ -63,6 +63,7 @@ from appliance.core.state_parts import (
     register_part_kind,
 )
 from appliance.core.txn import Txn, _check_instant, register
+from appliance.protocol.v1 import payload_sha256
 
 UPDATE_FIELDS = ("code", "cron", "name", "placement", "policy", "timezone")
 CHANGES_MAX = 8  # the newest changes kept in a schedule's history
@@ -157,17 +158,24 @@ def _check_fields(fields: Any) -> None:
         raise InvalidCommand(f"fields: a sorted, non-empty set of {', '.join(UPDATE_FIELDS)}")
 
 
+def changed_fields(before: Definition, after: Definition) -> tuple[str, ...]:
+    """Which of ``UPDATE_FIELDS`` differ between two definitions (sorted)."""
+    return tuple(f for f in UPDATE_FIELDS if getattr(before, f) != getattr(after, f))
+
+
 @register(UpdateSchedule, grows=True)
-def _update_schedule(txn: Txn, cmd: UpdateSchedule) -> bool:
-    """Replace the definition; False (and nothing written) when it is the same one."""
+def _update_schedule(txn: Txn, cmd: UpdateSchedule) -> tuple[str, ...]:
+    """Replace the definition; the fields that changed (empty, and nothing written, when it is
+    the same one). The result is the reply's, not replicated state."""
     _check_instant("at_s", cmd.at_s)
     if not isinstance(cmd.definition, Definition):
         raise InvalidCommand("definition: must be a parsed Definition")
     _check_fields(cmd.fields)
     check_definition_limits(txn, cmd.definition)
     schedule = txn.require_schedule(cmd.schedule_id)
-    if cmd.definition == schedule.definition:
-        return False
+    changed = changed_fields(schedule.definition, cmd.definition)
+    if not changed:
+        return ()
     if cmd.definition.code != schedule.definition.code:
         kept = keep_current_code(txn, schedule)
         if len(kept) > KEPT_CODES_MAX:
@@ -177,10 +185,10 @@ def _update_schedule(txn: Txn, cmd: UpdateSchedule) -> bool:
             )
     else:
         kept = needed_kept(txn, schedule)
-    change = Change(cmd.at_s, cmd.fields, payload_digest(cmd.definition.code))
+    change = Change(cmd.at_s, cmd.fields, payload_sha256(cmd.definition.code))
     changes = (*schedule.changes, change)[-CHANGES_MAX:]
     txn.put_schedule(replace(schedule, definition=cmd.definition, kept=kept, changes=changes))
-    return True
+    return changed
 
 
 # ---- creating occurrences ----------------------------------------------------------------------

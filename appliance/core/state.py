@@ -207,6 +207,13 @@ from appliance.core.state_parts import (
     register_part_kind,
 )
 from appliance.core.txn import Txn, apply, on_retire, register
+from appliance.core.unique_names import (
+    CreateNamedSchedule,
+    NameTaken,
+    UpdateNamedSchedule,
+    name_holder,
+    with_unique_name,
+)
 
 __all__ = [
     "ADMISSION_BYTES_MAX",
@@ -249,6 +256,7 @@ __all__ = [
     "ConfirmCancelled",
     "CorruptState",
     "Counts",
+    "CreateNamedSchedule",
     "CreateSchedule",
     "DeleteSchedule",
     "DisableSchedule",
@@ -268,6 +276,7 @@ __all__ = [
     "Invocation",
     "ListSnapshot",
     "MarkUnknown",
+    "NameTaken",
     "NotAcquired",
     "NoteCapacityWait",
     "Observe",
@@ -306,6 +315,7 @@ __all__ = [
     "UnknownNote",
     "UnknownOccurrence",
     "UnknownSchedule",
+    "UpdateNamedSchedule",
     "UpdateSchedule",
     "_progress_json",
     "admission_record",
@@ -330,6 +340,7 @@ __all__ = [
     "invocation_to_json",
     "list_snapshot",
     "list_view",
+    "name_holder",
     "needs_amended_reader",
     "needs_cancelling_reader",
     "needs_charging_reader",
@@ -346,5 +357,6 @@ __all__ = [
     "remote_in_force",
     "render_list",
     "to_json",
+    "with_unique_name",
     "workers_in_force",
 ]

@@ -10,7 +10,7 @@ import heapq
 from collections import Counter
 from typing import Any, NamedTuple
 
-from appliance.core.canonical import canonical_json, sha256_hex
+from appliance.core.canonical import canonical_json
 from appliance.core.limits import Limits
 from appliance.core.occurrence import (
     INT_MAX,
@@ -27,11 +27,7 @@ from appliance.core.state_parts import (
     _progress_json,
     _schedule_json,
 )
-
-
-def payload_digest(code: str) -> str:
-    return sha256_hex(code.encode("utf-8"))
-
+from appliance.protocol.v1 import payload_sha256
 
 # ---- the aggregate -----------------------------------------------------------------------------
 
@@ -267,7 +263,7 @@ def render_list(snapshot: ListSnapshot) -> dict[str, Any]:
     for s, p, counts in snapshot.schedules:
         view = _schedule_json(s)
         if "kept" in view:  # the operator sees which code a live record runs, not the code
-            view["kept"] = [[k.until_id, payload_digest(k.code)] for k in s.kept]
+            view["kept"] = [[k.until_id, payload_sha256(k.code)] for k in s.kept]
         schedules.append({**view, **_progress_json(p), "counts": counts})
     counts = snapshot.counts
     return {

@@ -113,8 +113,12 @@ class Engine(PoolEngine):
         child_rss_growth_bytes_max: int = CHILD_RSS_GROWTH_BYTES_MAX_DEFAULT,
         child_recycle_timeout_seconds: float = CHILD_RECYCLE_TIMEOUT_SECONDS_DEFAULT,
         child_idle_seconds: float = CHILD_IDLE_SECONDS_DEFAULT,
+        egress: Any = None,
     ) -> None:
         super().__init__(max_concurrent, max_queued, output_limit_bytes, clock, reports_max)
+        # The worker's appliance.egress.handoff.EgressHandoff, or None (scripts have no fetch).
+        # Its to_child_json() holds credential values: it goes to children over stdin only.
+        self.egress = egress
         warm = min(2, max_concurrent) if warm_children is None else warm_children
         check_range("warm_children", warm, 0, max_concurrent)
         check_range("child_executions_max", child_executions_max, 1, CHILD_EXECUTIONS_MAX_LIMIT)

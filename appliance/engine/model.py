@@ -152,6 +152,8 @@ class ExecutionReport:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     pid: int | None = None
+    # The attempt's egress report (appliance/egress/__init__.py), None when scripts have no fetch.
+    egress: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -166,6 +168,7 @@ class ExecutionReport:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "pid": self.pid,
+            "egress": self.egress,
         }
 
 

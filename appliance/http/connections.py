@@ -48,10 +48,12 @@ from typing import Any
 
 from waitress.channel import HTTPChannel
 from waitress.server import TcpWSGIServer
+from waitress.task import WSGITask
 
 from appliance.http.event_loop import run_loop
 from appliance.http.gate import GatedParser, JsonErrorTask
 from appliance.http.polling import has_events
+from appliance.http.tls import TLS_PEER_ID_ENV, member_of
 
 log = logging.getLogger("appliance.http.connections")
 
@@ -78,6 +80,17 @@ class ConnectionPolicy:
             raise ValueError("idle_under_pressure_s must be 0-120 seconds")
 
 
+class PeerTask(WSGITask):
+    """A request's WSGI environment also says which node the connection's verified client
+    certificate names (``TLS_PEER_ID_ENV``; None without TLS or such a certificate), so the
+    cluster routes can hold a message's sender to it."""
+
+    def get_environment(self) -> dict[str, Any]:
+        environ: dict[str, Any] = super().get_environment()
+        environ[TLS_PEER_ID_ENV] = getattr(self.channel, "tls_peer_id", None)
+        return environ
+
+
 class Channel(HTTPChannel):
     """One connection: waitress's channel with the gate, its state, and a draining close.
 
@@ -87,8 +100,10 @@ class Channel(HTTPChannel):
     dropped unread until the client closes, ``DRAIN_S`` pass or ``DRAIN_BYTES_MAX`` came in.
     """
 
+    task_class = PeerTask
     error_task_class = JsonErrorTask
     server: ListenerServer
+    tls_peer_id: str | None = None  # the node id the verified client certificate names
     drain_before_close = False  # set by the error task
     _drain_deadline: float | None = None
     _drained_bytes = 0
@@ -122,7 +137,9 @@ class Channel(HTTPChannel):
             self.close_now()
             return
         check = self.server.peer_check
-        if check is not None and not check(self.socket.getpeercert()):
+        certificate = self.socket.getpeercert()
+        self.tls_peer_id = member_of(certificate)
+        if check is not None and not check(certificate):
             log.warning(
                 "%s: refused a TLS client whose certificate names no voter of this cluster",
                 self.server.appliance_name,

@@ -47,8 +47,7 @@ class GatedParser(HTTPRequestParser):
             or (self.error is not None and self.error.code == 400)  # malformed: nothing to judge
         ):
             return consumed
-        authorization = self.headers.get("AUTHORIZATION")
-        if self._gate.role_for(authorization, self.command, self.path) is not None:
+        if self._admits(self._gate):
             return consumed
         self.error = Unauthorized("a valid bearer credential is required")
         self.completed = True
@@ -56,6 +55,15 @@ class GatedParser(HTTPRequestParser):
         self.body_rcv = None
         self.connection_close = True
         return len(data)
+
+    def _admits(self, gate: Any) -> bool:
+        # A surface whose requests may authenticate by more than the bearer (the web console's
+        # session cookie, its public login page) judges the whole header block instead.
+        judge = getattr(gate, "admits_headers", None)
+        if judge is not None:
+            return bool(judge(self.headers, self.command, self.path))
+        authorization = self.headers.get("AUTHORIZATION")
+        return gate.role_for(authorization, self.command, self.path) is not None
 
 
 class JsonErrorTask(ErrorTask):

@@ -128,6 +128,7 @@ class HttpServer:
         recv_bytes: int = 64 * KiB,
         stop_timeout_s: float = 5.0,
         error_extra: Mapping[str, Any] | None = None,
+        server_class: type[ListenerServer] = ListenerServer,
     ) -> None:
         if not 1 <= threads <= 64:
             raise ValueError("threads must be 1-64")
@@ -147,6 +148,9 @@ class HttpServer:
         self._memory_body_bytes_max = memory_body_bytes_max
         self._recv_bytes = recv_bytes
         self._stop_timeout_s = stop_timeout_s
+        # A surface may serve with a subclass (the web console's hands event streams over to
+        # its own pusher: appliance/console/takeover.py).
+        self._server_class = server_class
         # The app's own error fields (create_app) unless the caller names them.
         app_extra = getattr(app, "error_extra", None) or {}
         self._error_extra = dict(error_extra) if error_extra else dict(app_extra)
@@ -206,7 +210,7 @@ class HttpServer:
                 )
                 dispatcher = ThreadedTaskDispatcher()
                 dispatcher.set_thread_count(self._threads)
-                server = ListenerServer(
+                server = self._server_class(
                     self._app,
                     {},
                     _sock=sock,

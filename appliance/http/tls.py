@@ -8,10 +8,12 @@ certificate when the server asks for one.
 
 Voter identity. A voter's certificate names its node id as a DNS subjectAltName of the form
 ``<node_id>.voter.appliance`` (``voter_name``); node ids are ``A-Za-z0-9_-`` and the name is
-compared exactly by our code, never by hostname rules. The cluster listener admits a client
-certificate from the cluster CA that names exactly one node id (a genesis voter or a member added
-at run time: the membership lives in the Raft log, and the contract digest and the cluster bearer
-still gate every message); the Raft client accepts only the certificate of the peer it dialled.
+compared exactly by our code, never by hostname rules. The cluster listener's handshake admits a
+client certificate from the cluster CA that names exactly one node id (a genesis voter or a member
+added at run time: the membership lives in the Raft log), and hands that id to the request
+(``TLS_PEER_ID_ENV``); the Raft routes then refuse a message whose sender is another node, and a
+sender that is not a member of the configuration in force (appliance/raft/sender_rule.py). The
+Raft client accepts only the certificate of the peer it dialled.
 Loading failures (missing file, wrong password-less key, key not matching the certificate) are
 ``TlsSetupError`` naming the file.
 """
@@ -42,6 +44,8 @@ class TlsConfig(Protocol):
 
 
 VOTER_NAME_SUFFIX = ".voter.appliance"
+# The WSGI environment key carrying the node id a request's TLS client certificate names.
+TLS_PEER_ID_ENV = "appliance.tls_peer_id"
 
 
 class TlsSetupError(ValueError):

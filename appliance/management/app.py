@@ -61,6 +61,10 @@ HEALTH_PATH: Final = "/scheduler/v1/health"
 OCCURRENCE_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}"
 OUTPUT_PATH: Final = "/scheduler/v1/occurrences/{occurrence_id}/output"
 HISTORY_PATH: Final = "/scheduler/v1/schedules/{schedule_id}/history"
+EVENTS_PATH: Final = "/scheduler/v1/events"
+SCHEDULE_PATH: Final = "/scheduler/v1/schedules/{schedule_id}"
+EVENTS_QUERY: Final = ("after", "wait_ms", "schedule_id", "occurrence_id", "output")
+CURSOR_DIGITS_MAX: Final = 19  # a Raft index fits in 63 bits
 
 
 class ViewReply(Protocol):
@@ -81,6 +85,10 @@ class Observability(Protocol):
     def output(self, occurrence_id: int, attempt: int | None = None) -> ViewReply: ...
 
     def schedule(self, schedule_id: int) -> ViewReply: ...
+
+    def events(self, query: Any) -> ViewReply: ...
+
+    def describe(self, schedule_id: int) -> ViewReply: ...
 
 
 @dataclass(frozen=True)
@@ -227,12 +235,63 @@ class _Output:
         send_view(resp, self._views.output(oid, _path_id(text, "attempt")))
 
 
+class _Describe:
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
+        send_view(resp, self._views.describe(_path_id(schedule_id, "schedule_id")))
+
+
 class _History:
     def __init__(self, views: Observability) -> None:
         self._views = views
 
     def on_get(self, req: falcon.Request, resp: falcon.Response, schedule_id: str) -> None:
         send_view(resp, self._views.schedule(_path_id(schedule_id, "schedule_id")))
+
+
+def _query_int(req: falcon.Request, name: str, low: int, high: int) -> int | None:
+    text = req.params.get(name)
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise ApiError(400, "invalid_query", f"{name}: give it once")
+    if not (text.isascii() and text.isdigit()) or len(text) > CURSOR_DIGITS_MAX:
+        raise ApiError(400, "invalid_query", f"{name}: must be an integer in [{low}, {high}]")
+    value = int(text)
+    if not low <= value <= high:
+        raise ApiError(400, "invalid_query", f"{name}: must be an integer in [{low}, {high}]")
+    return value
+
+
+class _Events:
+    """``GET /scheduler/v1/events``: the change feed (``appliance.metrics.feed``), a long poll
+    bounded by ``wait_ms`` (at most 25 s)."""
+
+    def __init__(self, views: Observability) -> None:
+        self._views = views
+
+    def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        from appliance.metrics.feed import WAIT_MS_MAX
+        from appliance.metrics.voter import EventsQuery
+
+        unknown = set(req.params) - set(EVENTS_QUERY)
+        if unknown:
+            raise ApiError(400, "invalid_query", f"{sorted(unknown)[0]}: unknown query parameter")
+        output = req.params.get("output", "false")
+        if output not in ("true", "false", "1", "0"):
+            raise ApiError(400, "invalid_query", "output: must be true or false")
+        query = EventsQuery(
+            after=_query_int(req, "after", 0, 2**63 - 1),
+            wait_ms=_query_int(req, "wait_ms", 0, WAIT_MS_MAX) or 0,
+            schedule_id=_query_int(req, "schedule_id", 1, ID_MAX),
+            occurrence_id=_query_int(req, "occurrence_id", 1, ID_MAX),
+            output=output in ("true", "1"),
+        )
+        if query.output and query.occurrence_id is None:
+            raise ApiError(400, "invalid_query", "output: needs occurrence_id")
+        send_view(resp, self._views.events(query))
 
 
 def observability_routes(views: Observability) -> dict[str, Any]:
@@ -244,6 +303,8 @@ def observability_routes(views: Observability) -> dict[str, Any]:
         OCCURRENCE_PATH: _Occurrence(views),
         OUTPUT_PATH: _Output(views),
         HISTORY_PATH: _History(views),
+        EVENTS_PATH: _Events(views),
+        SCHEDULE_PATH: _Describe(views),
     }
 
 

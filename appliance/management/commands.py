@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from appliance.commands.args import ArgumentError
+from appliance.commands.checks import CommandRefused, check_action
+from appliance.commands.checks import check_arguments as shared_check
 from appliance.commands.table import (
     ADMIN_ACTIONS,
     COMMANDS,
@@ -107,72 +108,31 @@ def _shape(message: str, field: str | None) -> Refused:
     return Refused(400, "invalid_command", message, field=field, shape=True)
 
 
-def _positive_id(value: Any, field: str) -> int:
-    # bool is an int in Python; true is not an id.
-    if type(value) is not int or not 1 <= value <= ID_MAX:
-        raise _shape(f"{field}: must be an integer id in [1, {ID_MAX}]", field)
-    return value
-
-
 def check_arguments(action: str, arguments: Any, role: str, limits: Limits) -> dict[str, Any]:
     """Validate ``arguments`` (the stdin command without ``action``) for ``action`` and ``role``.
 
+    The role is decided first (an operator learns nothing about a recovery command's
+    validity), then the one argument check every adapter shares (appliance/commands/checks.py).
     Returns the stdin document to submit; raises ``Refused``.
     """
-    if action not in COMMAND_FIELDS:
-        raise _shape(f"action: must be one of {', '.join(COMMAND_FIELDS)}", "action")
+    try:
+        check_action(action)
+    except CommandRefused as refused:
+        raise _refused(refused) from None
     authorize(action, role)
-    if not isinstance(arguments, Mapping):
-        raise _shape("arguments must be a JSON object", None)
-    expected = COMMAND_FIELDS[action]
-    for key in arguments:
-        if key not in expected:
-            raise _shape(f"{key}: unknown field for {action}", str(key))
-    if action == "acknowledge_stopped":
-        _check_attestation(arguments)
-    spec = COMMANDS[action]
-    for key in spec.required:
-        if key not in arguments:
-            raise _shape(f"{key}: required for {action}", key)
-    document: dict[str, Any] = {"action": action}
-    for key in expected:
-        if key not in arguments:
-            continue  # an optional field (spec.optional)
-        if key in spec.id_fields:
-            document[key] = _positive_id(arguments[key], key)
-        elif key == "definition":
-            document[key] = _definition(arguments[key], limits)
-        elif key == "dispatcher_and_work_quiesced":
-            document[key] = True  # checked above: exactly true
-        else:
-            document[key] = arguments[key]  # the row's check below, or the owner's
-    if spec.check is not None:
-        try:
-            spec.check(document)
-        except ArgumentError as err:
-            raise Refused(
-                400, "invalid_command", str(err), field=err.field, shape=err.shape
-            ) from None
-    return document
+    try:
+        return shared_check(action, arguments, definition=lambda v: _definition(v, limits))
+    except CommandRefused as refused:
+        raise _refused(refused) from None
 
 
-def _check_attestation(arguments: Mapping[str, Any]) -> None:
-    # Missing or anything but literal true: the human attestation was not given. A content
-    # refusal (400), never a shape one, so MCP reports it as a tool error an agent must not fix
-    # by itself.
-    if arguments.get("dispatcher_and_work_quiesced") is not True:
-        raise Refused(
-            400,
-            "attestation_required",
-            "dispatcher_and_work_quiesced: must be exactly true, attested by a human who has "
-            "established that the old dispatcher cannot submit and the accepted work has stopped",
-            field="dispatcher_and_work_quiesced",
-        )
+def _refused(refused: CommandRefused) -> Refused:
+    return Refused(
+        refused.status, refused.code, refused.message, field=refused.field, shape=refused.shape
+    )
 
 
 def _definition(value: Any, limits: Limits) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _shape("definition: must be a JSON object", "definition")
     try:
         parsed = parse_definition(dict(value), limits, "definition")
     except DefinitionProblems as problems:
@@ -194,7 +154,5 @@ def check_command(document: Any, role: str, limits: Limits) -> dict[str, Any]:
     if not isinstance(document, Mapping):
         raise _shape("a command must be a JSON object", None)
     action = document.get("action")
-    if not isinstance(action, str) or action not in COMMAND_FIELDS:
-        raise _shape(f"action: must be one of {', '.join(COMMAND_FIELDS)}", "action")
     arguments = {key: value for key, value in document.items() if key != "action"}
     return check_arguments(action, arguments, role, limits)

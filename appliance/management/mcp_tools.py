@@ -31,6 +31,7 @@ from appliance.core.definition import (
     TIMEZONE_BYTES_MAX,
 )
 from appliance.core.limits import GRACE_SECONDS_MAX, RECORDS_MAX, SCHEDULES_MAX, Limits
+from appliance.core.occurrence import INT_MAX
 from appliance.core.placement import LABELS_MAX
 from appliance.management.commands import allowed_actions
 
@@ -74,6 +75,12 @@ _AMENDMENT_FIELDS: Final[Mapping[str, dict[str, Any]]] = {
     "outstanding": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
     "running": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
     "grace_seconds": {"type": "integer", "minimum": 0, "maximum": GRACE_SECONDS_MAX},
+    "base_amendment": {
+        "type": "integer",
+        "minimum": 0,
+        "maximum": INT_MAX,
+        "description": "the contract.amendment that status showed; a stale one is refused",
+    },
 }
 
 

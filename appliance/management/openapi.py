@@ -13,6 +13,7 @@ from typing import Any
 from appliance.core.limits import Limits
 from appliance.management.app import (
     COMMANDS_PATH,
+    EVENTS_PATH,
     HEALTH_PATH,
     HISTORY_PATH,
     MCP_PATH,
@@ -20,6 +21,7 @@ from appliance.management.app import (
     OCCURRENCE_PATH,
     OUTPUT_PATH,
     REQUEST_BYTES_MAX,
+    SCHEDULE_PATH,
     SCHEDULES_PATH,
     STATUS_PATH,
 )
@@ -132,6 +134,37 @@ def _extension_paths() -> dict[str, Any]:
                 },
             }
         },
+        SCHEDULE_PATH: {
+            "get": {
+                "operationId": "describe_schedule",
+                "summary": "extension (issue 35): one schedule whole — its definition WITH the "
+                "code, enabled, paused, next runs with their jittered start (held while paused), "
+                "newest outcomes, live occurrences, counters, changes; a local view",
+                "parameters": [_id_parameter("schedule_id")],
+                "responses": {
+                    "200": _view("Describe", "the schedule"),
+                    "404": _error_response("no schedule with this id (no_such_schedule)"),
+                    **by_id,
+                },
+            }
+        },
+        EVENTS_PATH: {
+            "get": {
+                "operationId": "events",
+                "summary": "extension (issue 35): the committed changes this voter applied after "
+                "the cursor `after` (a Raft index; leave it out to get the current cursor only), "
+                "waiting up to `wait_ms` (at most 25,000) for one; with `occurrence_id` the "
+                "occurrence as it is now, and with `output=true` its latest attempt's report so "
+                "far (fetched from the worker). Serves `admin watch`, `admin output --follow` and "
+                "the web console's live view; a local view any voter answers",
+                "parameters": _events_parameters(),
+                "responses": {
+                    "200": _view("Events", "the changes after the cursor"),
+                    "400": _error_response("a malformed query (invalid_query, naming it)"),
+                    "404": _error_response("no such occurrence (no_such_occurrence)"),
+                },
+            }
+        },
         HISTORY_PATH: {
             "get": {
                 "operationId": "schedule_history",
@@ -150,6 +183,51 @@ def _extension_paths() -> dict[str, Any]:
 
 _OBJECT: dict[str, Any] = {"type": "object"}
 _INSTANT: dict[str, Any] = {"type": ["string", "null"], "format": "date-time"}
+
+
+def _events_parameters() -> list[dict[str, Any]]:
+    def query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "in": "query",
+            "required": False,
+            "schema": schema,
+            "description": description,
+        }
+
+    return [
+        query("after", {"type": "integer", "minimum": 0}, "the cursor of the last reply"),
+        query("wait_ms", {"type": "integer", "minimum": 0, "maximum": 25_000}, "long poll"),
+        query("schedule_id", {"type": "integer", "minimum": 1, "maximum": ID_MAX}, "filter"),
+        query("occurrence_id", {"type": "integer", "minimum": 1, "maximum": ID_MAX}, "filter"),
+        query("output", {"type": "boolean"}, "with occurrence_id: its attempt's report so far"),
+    ]
+
+
+_EVENT: dict[str, Any] = {
+    "type": "object",
+    "required": ["kind", "index"],
+    "properties": {
+        "kind": {"enum": ["occurrence", "schedule", "pause"]},
+        "index": {"type": "integer", "description": "the Raft index of the entry (the cursor)"},
+        "at": {"type": "string", "format": "date-time"},
+        "occurrence_id": {"type": "integer"},
+        "schedule_id": {"type": "integer"},
+        "state": {"type": "string", "description": "occurrence: the state it moved to"},
+        "previous": {"type": ["string", "null"], "description": "occurrence: null when new"},
+        "attempt": {"type": "integer"},
+        "due": {"type": "string", "format": "date-time"},
+        "reason": {"type": "string"},
+        "failure_reason": {"type": "string"},
+        "not_before": {"type": "string", "format": "date-time"},
+        "change": {
+            "enum": ["created", "updated", "deleted", "enabled", "disabled", "paused", "resumed"]
+        },
+        "name": {"type": ["string", "null"]},
+        "fields": {"type": "array", "items": {"type": "string"}},
+        "resync": {"const": True, "description": "a snapshot install: the difference at once"},
+    },
+}
 
 
 def _extension_schemas() -> dict[str, Any]:
@@ -185,6 +263,50 @@ def _extension_schemas() -> dict[str, Any]:
         },
     }
     return {
+        "Events": {
+            "type": "object",
+            "required": ["ok", "cursor", "first_cursor", "gap", "more", "events"],
+            "properties": {
+                "ok": {"const": True},
+                "local_view": {"const": True},
+                "node": {"type": "string"},
+                "cursor": {"type": "integer", "description": "pass it as `after` next time"},
+                "first_cursor": {
+                    "type": "integer",
+                    "description": "the oldest `after` answered without a gap (4,096 events kept)",
+                },
+                "gap": {"type": "boolean", "description": "changes after `after` were dropped"},
+                "more": {"type": "boolean", "description": "512 events cut the page: ask again"},
+                "events": {"type": "array", "items": _EVENT},
+                "wait_refused": {"type": "string", "description": "4 requests were waiting"},
+                "occurrence": {"type": ["object", "null"]},
+                "output": {
+                    "oneOf": [{"$ref": _REF + "Output"}, {"type": "null"}],
+                    "description": "with output=true: as GET .../output (output so far while "
+                    "running, when the worker reports it)",
+                },
+                "output_unavailable": _OBJECT,
+            },
+        },
+        "Describe": {
+            "type": "object",
+            "required": ["ok", "schedule", "next_runs", "last_outcomes", "live"],
+            "properties": {
+                "ok": {"const": True},
+                "local_view": {"const": True},
+                "now": _INSTANT,
+                "schedule": _OBJECT,
+                "paused": {"type": ["object", "null"]},
+                "next_runs": {"type": "array", "items": _OBJECT},
+                "next_runs_held": {"type": "boolean"},
+                "last_outcomes": {"type": "array", "items": occurrence},
+                "live": {"type": "array", "items": occurrence},
+                "counts": _OBJECT,
+                "cursor_at": _INSTANT,
+                "dropped": _OBJECT,
+                "recent_drops": {"type": "array", "items": _OBJECT},
+            },
+        },
         "Health": {
             "type": "object",
             "required": ["ok", "node", "voters", "ownership", "grant", "warnings"],
@@ -272,6 +394,16 @@ def _extension_schemas() -> dict[str, Any]:
                         "text": {"type": "string"},
                         "bytes": {"type": "integer"},
                         "truncated": {"type": "boolean"},
+                    },
+                },
+                "egress": {
+                    "type": ["object", "null"],
+                    "description": "each request the script made through fetch() (issue 32; "
+                    "docs/protocol.md, 'Egress records'); null when the worker has no egress",
+                    "properties": {
+                        "requests": {"type": "array", "items": _OBJECT},
+                        "over_limit": {"type": "integer"},
+                        "records_dropped": {"type": "integer"},
                     },
                 },
             },

@@ -12,6 +12,7 @@ occurrence.py, policy_apply.py), without changing the loop:
 - 422 ``not_allowed_in_state`` — the occurrence's state forbids the command (cancel of a
   Succeeded occurrence, acknowledge of a Running one);
 - 422 ``schedule_limit`` / ``checkpoint_full`` — a committed limit refused the change;
+- 422 ``name_taken`` — another live schedule has the name (``existing_id`` names it);
 - 400 ``invalid_definition`` / ``attestation_required`` / ``invalid_command`` — the command itself
   is malformed for the core;
 - 422 ``refused`` — any other committed refusal (the reason is still the core's).
@@ -36,12 +37,18 @@ _BY_REASON: Final = (
     ("prefix", "schedules: limit of ", 422, "schedule_limit"),
     ("prefix", "schedules: id space exhausted", 422, "schedule_limit"),
     ("prefix", "checkpoint: would ", 422, "checkpoint_full"),
+    ("contains", " is already the name of schedule ", 422, "name_taken"),
     ("prefix", "definition", 400, "invalid_definition"),
 )
 # Codes the loop gives to refusals decided before proposing (validation): kept as they are.
 _BEFORE_PROPOSING: Final = frozenset(
     {"invalid_definition", "invalid_command", "invalid_json", "attestation_required"}
 )
+
+
+# Facts a refusal may carry besides its message, relayed as they are (issue 35): the field, the
+# line and column of a syntax error, the schedule that already has a name.
+DETAIL_FIELDS: Final = ("field", "line", "column", "existing_id")
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class Refusal:
     status: int
     code: str
     message: str
+    details: tuple[tuple[str, Any], ...] = ()
 
 
 def classify_reason(message: str) -> Refusal:
@@ -74,8 +82,14 @@ def classify(reply: Mapping[str, Any]) -> Refusal | None:
     code, message = error.get("code"), error.get("message")
     if not isinstance(message, str):
         return None
+    details = tuple(
+        (key, error[key])
+        for key in DETAIL_FIELDS
+        if isinstance(error.get(key), str | int) and not isinstance(error.get(key), bool)
+    )
     if code == "refused":
-        return classify_reason(message)
+        found = classify_reason(message)
+        return Refusal(found.status, found.code, found.message, details)
     if code in _BEFORE_PROPOSING:
-        return Refusal(400, str(code), message[:MESSAGE_CHARS_MAX])
+        return Refusal(400, str(code), message[:MESSAGE_CHARS_MAX], details)
     return None

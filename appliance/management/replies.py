@@ -23,7 +23,6 @@ storage paths and internal error texts are dropped (they go to the local log onl
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from appliance.management.gateway import (
     Uncertain,
 )
 from appliance.management.refusals import classify
+from appliance.protocol.v1 import payload_sha256
 
 log = logging.getLogger("appliance.management")
 
@@ -113,9 +113,8 @@ def redact(value: Any) -> Any:
             if key in _DROPPED_KEYS:
                 continue
             if key == "code" and isinstance(item, str):
-                raw = item.encode("utf-8", "surrogatepass")
-                out["code_bytes"] = len(raw)
-                out["code_sha256"] = hashlib.sha256(raw).hexdigest()
+                out["code_bytes"] = len(item.encode("utf-8", "surrogatepass"))
+                out["code_sha256"] = payload_sha256(item)
                 continue
             out[key] = redact(item)
         return out
@@ -131,9 +130,10 @@ def error_outcome(
     *,
     field: str | None = None,
     problems: list[dict[str, str]] | None = None,
+    details: tuple[tuple[str, Any], ...] = (),
     **top: Any,
 ) -> Outcome:
-    error: dict[str, Any] = {"code": code, "message": message}
+    error: dict[str, Any] = {"code": code, "message": message, **dict(details)}
     if field is not None:
         error["field"] = field
     if problems:
@@ -223,7 +223,9 @@ def run_command(
         refusal = classify(reply)
         if refusal is not None:
             log.info("management: %s refused: %s", action, refusal.message)
-            return error_outcome(refusal.status, refusal.code, refusal.message)
+            return error_outcome(
+                refusal.status, refusal.code, refusal.message, details=refusal.details
+            )
         log.warning("management: %s failed after queue admission: %r", action, reply.get("error"))
         return _uncertain(action, command)
     reply.pop("ok", None)

@@ -23,6 +23,8 @@ here:
   nothing runs;
 - ``checkpoint_near_cap``: the checkpoint budget is at or above ``CHECKPOINT_WARNING_BYTES`` (80 %
   of the 4 MiB cap) — creation and observation will soon be refused;
+- ``paused`` (warning): an operator paused scheduling (``admin pause``): nothing is selected or
+  started until ``resume``;
 - ``unknown_occurrences``: Unknown records hold running reservations until the engine's outcome
   arrives or an operator acknowledges them (``acknowledge_stopped``), never by themselves;
 - ``worker_unreachable`` / ``worker_refuses_bearer``: dispatch cannot succeed;
@@ -87,6 +89,7 @@ class HealthInputs:
     compaction_behind: str | None = None  # issue 19: the log grows faster than it is compacted
     store_bytes: int | None = None  # the runner store on disk (database, -wal, -shm)
     log_entries: int | None = None
+    paused_at: str | None = None  # issue 35: since when scheduling is paused (RFC 3339), if it is
 
 
 Severity = Literal["critical", "warning", "notice"]
@@ -189,6 +192,18 @@ def _grant(h: HealthInputs) -> Iterator[HealthWarning]:
 
 
 @warning_rule
+def _paused(h: HealthInputs) -> Iterator[HealthWarning]:
+    if h.paused_at is not None:
+        yield HealthWarning(
+            "paused",
+            "warning",
+            f"scheduling is paused cluster-wide since {h.paused_at}: no occurrence is selected or "
+            "started (running work continues); next runs are held until "
+            "'appliance admin resume'",
+        )
+
+
+@warning_rule
 def _checkpoint(h: HealthInputs) -> Iterator[HealthWarning]:
     budget = h.figures.budget_bytes
     if budget >= CHECKPOINT_WARNING_BYTES:
@@ -273,6 +288,7 @@ def health_document(h: HealthInputs) -> dict[str, Any]:
         "log": _log_view(h),
         "retention": {"retained_through": h.figures.retained_through},
         "unknown_occurrences": h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX],
+        "paused": None if h.paused_at is None else {"since": h.paused_at},
         "worker": None if h.worker is None else h.worker.to_json(),
         "workers": [w.to_json() for w in h.workers],
         "warnings": warnings_for(h),

@@ -11,7 +11,6 @@ definition's source replaced by its size and digest, as in every remote reply).
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +18,7 @@ from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
 from appliance.core.definition import definition_to_json
 from appliance.core.occurrence import Occurrence
+from appliance.protocol.v1 import payload_sha256
 
 
 def rfc3339(instant_s: int | None) -> str | None:
@@ -66,9 +66,9 @@ def occurrence_detail(record: Occurrence) -> dict[str, Any]:
 
 def _definition_summary(schedule: core.Schedule) -> dict[str, Any]:
     value = definition_to_json(schedule.definition)
-    code = value.pop("code").encode("utf-8", "surrogatepass")
-    value["code_bytes"] = len(code)
-    value["code_sha256"] = hashlib.sha256(code).hexdigest()
+    code = value.pop("code")
+    value["code_bytes"] = len(code.encode("utf-8", "surrogatepass"))
+    value["code_sha256"] = payload_sha256(code)
     return value
 
 

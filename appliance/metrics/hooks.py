@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.metrics.runner import RunnerMetrics
-from appliance.replication.base import NotLeader, ProposalLost
+from appliance.replication.errors import NotLeader, ProposalLost
 
 
 class DecisionLogTee:
@@ -44,7 +44,8 @@ def observe_decision(metrics: RunnerMetrics, event: str, fields: dict[str, Any])
     if event == "dispatch_accepted":
         late_ms = fields.get("late_ms")
         if isinstance(late_ms, int | float):
-            metrics.record_dispatch_accepted(late_ms / 1000.0)
+            live = fields.get("slot", "live") == "live"  # owner/lateness.py
+            metrics.record_dispatch_accepted(late_ms / 1000.0, live=live)
     elif event in ("capacity_wait", "capacity_send", "capacity_waiting_cleared"):
         waiting = fields.get("waiting")
         if isinstance(waiting, int):

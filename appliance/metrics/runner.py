@@ -107,7 +107,16 @@ class RunnerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self.dispatch_latency = Histogram(
             "appliance_dispatch_latency_seconds",
-            "Real seconds from an occurrence's due instant to the engine accepting the attempt",
+            "Real seconds from a live slot's due instant to the engine accepting its first "
+            "attempt (backfilled, caught-up, run_now and retried attempts are not counted here)",
+            buckets=DISPATCH_BUCKETS_S,
+            registry=self.registry,
+        )
+        # Issue 35: a backfill's 490,758 s in the histogram above made its p99 useless.
+        self.backlog_latency = Histogram(
+            "appliance_dispatch_backlog_latency_seconds",
+            "Real seconds from the instant a backfilled, caught-up, run_now or retried attempt "
+            "became runnable (its creation, or its retry's claim) to the engine accepting it",
             buckets=DISPATCH_BUCKETS_S,
             registry=self.registry,
         )
@@ -166,8 +175,9 @@ class RunnerMetrics:
 
     # -- event recorders (the runner calls these; see hooks.py for the derived form) --
 
-    def record_dispatch_accepted(self, late_s: float) -> None:
-        self.dispatch_latency.observe(max(0.0, late_s))
+    def record_dispatch_accepted(self, late_s: float, *, live: bool = True) -> None:
+        histogram = self.dispatch_latency if live else self.backlog_latency
+        histogram.observe(max(0.0, late_s))
 
     def record_admission(self, status: int, refusal: str | None = None) -> None:
         if status == 200:

@@ -21,8 +21,17 @@ from typing import Any, Final, TypeVar
 from appliance.config.addresses import parse_host_port
 from appliance.config.rfc3339 import format_utc
 from appliance.core import state as core
+from appliance.core.binding import instant_text
 from appliance.core.occurrence import OccurrenceState
 from appliance.http import ClientError, HttpClient
+from appliance.metrics.attempt_report import (
+    OUTPUT_BYTES_MAX,
+    attempt_of,
+    attempt_report,
+    occurrence_extras,
+)
+from appliance.metrics.describe import describe_schedule
+from appliance.metrics.feed import matches
 from appliance.metrics.health import HealthInputs, WorkerView, health_document
 from appliance.metrics.history import occurrence_view, schedule_history
 from appliance.metrics.runner import RunnerMetrics, VoterView, state_figures
@@ -31,12 +40,6 @@ from appliance.owner.binding import execution_id
 from appliance.owner.binding import execution_id as execution_id_of
 from appliance.owner.contract_state import remote_in_force
 from appliance.protocol.v1 import EXECUTIONS_PREFIX
-from appliance.quickstart.attempt_report import (
-    OUTPUT_BYTES_MAX,
-    attempt_of,
-    attempt_report,
-    occurrence_extras,
-)
 from appliance.secret import Secret
 
 T = TypeVar("T")
@@ -69,6 +72,15 @@ def compaction_behind(log_entries: int | None, cfg: Any) -> str | None:
         "compaction keeps it to: the checkpoint is not keeping up (see the checkpoint writer) "
         "or compaction is failing (see the voter's log)"
     )
+
+
+def _paused_at(since_s: int | None) -> str | None:
+    return None if since_s is None else instant_text(since_s)
+
+
+def _no_occurrence(occurrence_id: int) -> Reply:
+    # The wording and code of the commands' refusal (appliance/management/refusals.py).
+    return _error(404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}")
 
 
 def _error(status: int, code: str, message: str) -> Reply:
@@ -305,6 +317,7 @@ class VoterObservability:
             compaction_behind=compaction_behind(reader.log_entries(), cfg),
             store_bytes=reader.store_bytes(),
             log_entries=reader.log_entries(),
+            paused_at=_paused_at(reader.read(core.paused_since)),
         )
         return Reply(200, {"ok": True, "local_view": True, **health_document(inputs)})
 
@@ -313,7 +326,9 @@ class VoterObservability:
     def occurrence(self, occurrence_id: int) -> Reply:
         view = self.reader.read(lambda st: occurrence_view(st, occurrence_id))
         if view is None:
-            return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
+            return _error(
+                404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}"
+            )
         max_retries = self.reader.read(lambda st: _max_retries(st, view["schedule_id"]))
         # Per attempt: what ran (value, error, output, timings), fetched from the worker.
         worker = view.get("worker_id")
@@ -322,23 +337,71 @@ class VoterObservability:
         )
         return Reply(200, {"ok": True, "local_view": True, "occurrence": view})
 
+    def describe(self, schedule_id: int) -> Reply:
+        """One schedule whole, its code included (``appliance.metrics.describe``)."""
+        now_s = self.runner.clock.now_s()
+        view = self.reader.read(lambda st: describe_schedule(st, schedule_id, now_s))
+        if view is None:
+            return _error(404, "no_such_schedule", f"id: no schedule {schedule_id}")
+        # The voter's clock: what "next run in 2m" is relative to (a CLI's clock may differ).
+        return Reply(200, {"ok": True, "local_view": True, "now": instant_text(int(now_s)), **view})
+
     def schedule(self, schedule_id: int) -> Reply:
         view = self.reader.read(lambda st: schedule_history(st, schedule_id))
         if view is None:
-            return _error(404, "unknown_schedule", f"no schedule {schedule_id}")
+            return _error(404, "no_such_schedule", f"id: no schedule {schedule_id}")
         return Reply(200, {"ok": True, "local_view": True, **view})
 
     # -- output --
 
+    # -- the change feed: watch, follow, the console's live view --
+
+    def events(self, query: EventsQuery) -> Reply:
+        """The committed changes after ``query.after`` (``appliance.metrics.feed``), waiting up to
+        ``query.wait_ms`` for one; with ``occurrence_id``, that occurrence as it is now, and with
+        ``output`` its latest dispatched attempt's report so far (fetched from the worker)."""
+        feed = getattr(self.runner, "changes", None)
+        if feed is None:
+            return _error(503, "unavailable", "this voter keeps no change feed")
+        oid = query.occurrence_id
+        if oid is not None and self.reader.read(lambda st: st.occurrences.get(oid)) is None:
+            return _no_occurrence(oid)
+        page = feed.page(query.after, query.wait_ms, matches(query.schedule_id, oid))
+        body: dict[str, Any] = {
+            "ok": True,
+            "local_view": True,
+            "node": self.runner.cfg.node_id,
+            "cursor": page.cursor,
+            "first_cursor": page.first_cursor,
+            "gap": page.gap,
+            "more": page.more,
+            "events": page.events,
+        }
+        if not page.waited:
+            body["wait_refused"] = "too many requests are waiting; ask again shortly"
+        if oid is not None:
+            record = self.reader.read(lambda st: st.occurrences.get(oid))
+            body["occurrence"] = None if record is None else occurrence_now(record)
+            if query.output and record is not None:
+                report = self.output(oid)
+                if report.status == 200:
+                    body["output"] = report.body
+                else:
+                    body["output"] = None
+                    body["output_unavailable"] = report.body.get("error")
+        return Reply(200, body)
+
     def output(self, occurrence_id: int, attempt: int | None = None) -> Reply:
         record = self.reader.read(lambda st: st.occurrences.get(occurrence_id))
         if record is None:
-            return _error(404, "unknown_occurrence", f"no retained occurrence {occurrence_id}")
+            return _error(
+                404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}"
+            )
         if attempt is not None:
             if not 1 <= attempt <= record.attempt:
                 return _error(
                     404,
-                    "unknown_attempt",
+                    "no_such_attempt",
                     f"attempt: occurrence {occurrence_id} has attempts 1 to {record.attempt}",
                 )
             execution_id = execution_id_of(record.schedule_id, record.id, attempt)
@@ -360,6 +423,34 @@ class VoterObservability:
         if worker is not None:
             body["worker_id"] = worker  # the fleet worker that ran it (issue 33)
         return Reply(200, body)
+
+
+@dataclass(frozen=True)
+class EventsQuery:
+    """The change feed's query (``GET /scheduler/v1/events``), checked by the route."""
+
+    after: int | None = None
+    wait_ms: int = 0
+    schedule_id: int | None = None
+    occurrence_id: int | None = None
+    output: bool = False
+
+
+def occurrence_now(record: Any) -> dict[str, Any]:
+    """An occurrence as it is now, for a follower: enough to know whether to go on."""
+    view: dict[str, Any] = {
+        "id": record.id,
+        "schedule_id": record.schedule_id,
+        "state": record.state.value,
+        "attempt": record.attempt,
+        "terminal": record.terminal,
+        "due": instant_text(record.due_s),
+    }
+    if record.not_before_s is not None:
+        view["not_before"] = instant_text(record.not_before_s)
+    if record.failure_reason:
+        view["failure_reason"] = record.failure_reason
+    return view
 
 
 def _execution_id_of(record: Any) -> str | None:

@@ -2,7 +2,11 @@
 
 Theory of operation. Engine outcomes are events: the engine calls every listener on each
 transition of an execution, and :class:`WorkerMetrics` counts the terminal ones by status (plus the
-executions a new incarnation found unfinished and marked ``lost``). Pool pressure and store sizes
+executions a new incarnation found unfinished and marked ``lost``). A terminal report also
+carries the attempt's egress records (issue 32): each is counted by decision in
+``appliance_egress_requests_total`` and, when it was sent, timed in
+``appliance_egress_request_duration_seconds``; calls refused past ``max_requests`` count as
+``refused``. Pool pressure and store sizes
 are state, read at scrape time: ``Engine.stats()`` (running, queued, reserved, limits, saturation
 and queueing counts) and a read-only connection to the worker's SQLite file (invocation records,
 receipts, execution records and the bytes of captured output they hold). The read-only
@@ -17,11 +21,17 @@ from pathlib import Path
 from typing import Any, Final
 
 import apsw
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-ENGINE_OUTCOMES: Final = ("completed", "failed", "timed_out", "cancelled", "lost")
+from appliance.egress.record import bounded_report
+from appliance.protocol.v1 import FINISHED_STATUS_ORDER
+
+ENGINE_OUTCOMES: Final = FINISHED_STATUS_ORDER
+EGRESS_DECISIONS: Final = ("allow", "deny", "refused")
+# Egress requests take from a millisecond (loopback) to request_timeout_ms (600 s at most).
+EGRESS_DURATION_BUCKETS_S: Final = (0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 STORE_BUSY_TIMEOUT_MS: Final = 200
 
 
@@ -39,12 +49,39 @@ class WorkerMetrics:
         )
         for outcome in ENGINE_OUTCOMES:
             self.executions.labels(outcome)  # export zeros: rate() needs the series to exist
+        self.egress_requests = Counter(
+            "appliance_egress_requests",
+            "Egress requests (fetch calls and followed redirect hops) of finished attempts, by "
+            "decision (allow: the policy allowed it; deny: the policy denied it or gave no "
+            "usable answer; refused: the worker refused it before asking)",
+            ["decision"],
+            registry=self.registry,
+        )
+        for decision in EGRESS_DECISIONS:
+            self.egress_requests.labels(decision)
+        self.egress_duration = Histogram(
+            "appliance_egress_request_duration_seconds",
+            "Duration of allowed egress requests (decision, connection, response and body)",
+            buckets=EGRESS_DURATION_BUCKETS_S,
+            registry=self.registry,
+        )
 
     def on_report(self, report: Any) -> None:
         """Engine listener: count terminal reports (the pool delivers one per execution)."""
         status = getattr(getattr(report, "status", None), "value", None)
         if status in ENGINE_OUTCOMES and status != "lost":
             self.executions.labels(status).inc()
+            self.record_egress(bounded_report(getattr(report, "egress", None)))
+
+    def record_egress(self, egress: dict[str, Any] | None) -> None:
+        if egress is None:
+            return
+        for record in egress["requests"]:
+            self.egress_requests.labels(record["decision"]).inc()
+            if record["decision"] == "allow":
+                self.egress_duration.observe(record["ms"] / 1000)
+        if egress["over_limit"]:
+            self.egress_requests.labels("refused").inc(egress["over_limit"])
 
     def record_lost(self, execution_ids: Iterable[str]) -> None:
         self.executions.labels("lost").inc(len(list(execution_ids)))

@@ -14,8 +14,8 @@ from typing import Any
 
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import RemoteConfig
-from appliance.core.binding import payload_sha256
 from appliance.protocol import v1
+from appliance.protocol.v1 import payload_sha256
 
 __all__ = ["authority_of", "execution_id", "make_binding", "payload_sha256"]
 

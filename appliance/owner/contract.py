@@ -1,9 +1,10 @@
 """The owner's half of a contract amendment: check and normalize the operator's arguments.
 
 Theory of operation: an amendment row of the command table (``renew_grant``, ``amend_remote``,
-``amend_limits``) builds its core command from the arguments plus ``base_amendment``, the index of
-the amendment in force when the owner read the committed state; the apply refuses the command if
-another amendment committed in between (appliance/core/amendments.py), so two operators never
+``amend_limits``) builds its core command from the arguments plus ``base_amendment``: the one the
+operator sent (the index ``status`` showed them; the CLI always sends it), else the index of the
+amendment in force when the owner read the committed state. The apply refuses the command if
+another amendment committed since that base (appliance/core/amendments.py), so two operators never
 overwrite each other unseen. Values are normalized here the way the sealed contract writes them
 (the expiry in UTC with ``Z``, the worker origin without a default port), so a config file equal
 to an amended contract digests equal to it, and checked against the config's own rules (so
@@ -49,17 +50,20 @@ def amendment_args(
     genesis: RemoteConfig | None = None,
     check_env: EnvCheck | None = None,
 ) -> dict[str, Any]:
-    """``args`` checked and normalized, with ``base_amendment`` (and, for ``amend_limits``, the
-    full ``limits``: fields left out keep their value; for the fleet's actions, what
-    appliance/owner/fleet_args.py adds, from ``genesis`` and the committed amendments)."""
+    """``args`` checked and normalized, with ``base_amendment`` (the operator's, passed through,
+    or the amendment in force) and, for ``amend_limits``, the full ``limits`` (fields left out
+    keep their value); for the fleet's actions, what appliance/owner/fleet_args.py adds, from
+    ``genesis`` and the committed amendments."""
     if action in FLEET_ACTIONS:
         if genesis is None:
             raise _bad("worker_id", "the fleet in force is not known here")
         out = fleet_args(action, args, state, genesis, check_env)
-        out["base_amendment"] = core.amendment_index(state)
+        base = args.get("base_amendment")
+        out["base_amendment"] = core.amendment_index(state) if base is None else base
         return out
     out = {k: v for k, v in args.items() if v is not None}
-    out["base_amendment"] = core.amendment_index(state)
+    # The operator's base when given (the apply refuses it if stale), else the one in force.
+    out.setdefault("base_amendment", core.amendment_index(state))
     if action == "renew_grant":
         text = out.get("expires_at")
         if not isinstance(text, str):

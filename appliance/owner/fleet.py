@@ -36,10 +36,11 @@ and learns again. Pure: instants come from the owner's events.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from appliance.owner.worker_answers import Capacity
+from appliance.owner.pacing import Pacing
 
 UNREACHABLE_FAILURES: Final = 2  # failed calls in a row, at least …
 UNREACHABLE_AFTER_S: Final = 3.0  # … and this many real seconds since the first, no answer
@@ -49,21 +50,9 @@ FLEET_TICK_S: Final = 0.5  # real seconds between the owner's looks at the fleet
 # An observation no claim can match (occurrence ids start at 1): the worker answers 404.
 PROBE_EXECUTION_ID: Final = "s1-o0-a1"
 
-PACING_PROBE: Final = "probe"  # nothing stated yet: one exec unanswered at a time
-PACING_PACED: Final = "paced"
-PACING_OFF: Final = "off"  # an older worker: no capacity stated, dispatch as before
-
 REACHABLE: Final = "reachable"
 FAILING: Final = "failing"
 UNREACHABLE: Final = "unreachable"
-
-
-@dataclass
-class WorkerPace:
-    """What one worker said about its capacity (appliance/owner/pacing.py)."""
-
-    mode: str = PACING_PROBE
-    capacity: Capacity | None = None
 
 
 @dataclass
@@ -86,16 +75,18 @@ class WorkerHealth:
 
 @dataclass
 class Fleet:
-    """Per-worker pace and health, by ``worker_id`` (created on first use)."""
+    """Per-worker pacing and health, by ``worker_id`` (created on first use). ``log`` is the
+    owner's decision log, which each worker's ``Pacing`` writes to."""
 
     time_scale: float = 1.0
-    paces: dict[str, WorkerPace] = field(default_factory=dict)
+    log: Callable[..., None] = lambda event, **fields: None
+    paces: dict[str, Pacing] = field(default_factory=dict)
     health: dict[str, WorkerHealth] = field(default_factory=dict)
 
-    def pace(self, worker_id: str) -> WorkerPace:
+    def pace(self, worker_id: str) -> Pacing:
         found = self.paces.get(worker_id)
         if found is None:
-            found = self.paces[worker_id] = WorkerPace()
+            found = self.paces[worker_id] = Pacing(self.log, worker_id)
         return found
 
     def health_of(self, worker_id: str) -> WorkerHealth:
@@ -165,8 +156,6 @@ class Fleet:
     def view(self, worker_id: str, wall_s: float) -> dict[str, object]:
         """What status shows about the worker's health and pace."""
         health = self.health.get(worker_id) or WorkerHealth()
-        pace = self.paces.get(worker_id) or WorkerPace()
-        capacity = pace.capacity
         silent_s = None
         if health.failing_since_s is not None:
             silent_s = round((wall_s - health.failing_since_s) / self.time_scale, 3)
@@ -174,13 +163,4 @@ class Fleet:
             "reachability": health.state,
             "failed_calls": health.failures,
             "failing_for_s": silent_s,
-            "pacing": pace.mode,
-            "worker_capacity": None
-            if capacity is None
-            else {
-                "max_concurrent": capacity.max_concurrent,
-                "max_queued": capacity.max_queued,
-                "free_slots": capacity.free_slots,
-                "queue_room": capacity.queue_room,
-            },
         }

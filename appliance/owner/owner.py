@@ -2,17 +2,17 @@
 
 Contract
 --------
-``Owner(cfg=, state=, time_scale=, unknown_poll_s=, gate=)``; then ``owner.handle(event, wall_s)``
-returns the list of effects to carry out, in order. No threads, clocks, sockets, sleeps or queues
-inside: ``wall_s`` is the wall instant (Unix seconds, possibly scaled) at which the driver hands
-the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`` over the
-*committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
-version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet,
-or None; a gated command is never proposed and counts as a definite refusal. Events and effects
-are the frozen dataclasses of appliance/owner/events.py. The class is assembled from small
-modules: owner_serial.py (tokens, continuations, timers), owner_attempts.py (one attempt's
-dispatch, observation, Unknown and cancellation), owner_requests.py (admission and operator
-commands) and this one (leadership, ownership, the pulse and claims).
+``Owner(cfg=, state=, time_scale=, unknown_poll_s=, gate=, strict=)``; then ``owner.handle(event,
+wall_s)`` returns the list of effects to carry out, in order. No threads, clocks, sockets, sleeps
+or queues inside: ``wall_s`` is the wall instant (Unix seconds, possibly scaled) at which the
+driver hands the event over, and ``state`` is anything with ``read(fn) -> fn(SchedulerState)`` over
+the *committed* state (``Machine`` in the runner; a simulator may pass its own). ``gate`` is the
+version gate's question (appliance/capabilities.py): why a command kind may not be proposed yet, or
+None; a gated command is never proposed and counts as a definite refusal. ``strict`` says what an
+exception inside a decision does: with it (the simulator, the tests) it is raised out of
+``handle``, since a bug is a bug; without it (production, the default) it is logged as
+``loop_error``, the decision is dropped and its caller answered ``ReplyFailed``. Events and effects
+are the frozen dataclasses of appliance/owner/events.py.
 
 Who feeds what (the driver, appliance/runner/loop.py, or a simulator):
 
@@ -39,7 +39,7 @@ ownership (re-observing admitted attempts, resuming cancellations). A proposal w
 from the committed state later (a claim it sees committed is adopted and dispatched then, for the
 first time; nothing dispatched is ever dispatched again).
 
-The decision points, one method each (owner_attempts.py): ``_exec_done`` (the dispatch answer),
+The decision points, one method each (attempts.py): ``_exec_done`` (the dispatch answer),
 ``_observed`` and ``_observation_deadline`` (an observed outcome; past timeout_seconds + grace a
 fence without a permit, Unknown with one), ``_perform`` (carries out what the pure
 appliance/owner/dispatch_outcome.py decided: re-send, ``FenceDispatch``, Unknown, Failed),
@@ -52,8 +52,29 @@ until those answers arrive (the loop blocked on the commit and took nothing else
 The claims of one pulse are proposed together, so Raft batches their appends. Admissions are
 not serial: their ``Admit`` is proposed at once, while other decisions wait, and the driver may
 answer the worker as soon as it commits (see ``Propose.answers_admission``). Outcomes
-(``RecordOutcome``) are not serial either (appliance/owner/pacing.py): the attempt is
-forgotten as soon as the worker reported it, whatever the commit's result, as before.
+(``RecordOutcome``) are not serial either (``Commits.outcome``, appliance/owner/commits.py): the
+attempt is forgotten as soon as the worker reported it, whatever the commit's result.
+
+Composition (issue 31): the ``Owner`` is assembled from parts, each a plain object it owns and
+none a base class; they share one ``Serial`` and one ``Standing`` and call each other only
+through the methods named here.
+
+==========================  ===================================================================
+part (module)               its one job
+==========================  ===================================================================
+``Serial`` (serial.py)      tokens, effects, timers, the wall instant, the one suspended
+                            decision and the events held behind it; proposes and interprets
+``Standing`` (standing.py)  term, leader hint, ownership epoch, draining: written only here
+``ConfigInForce``           the genesis config with the committed amendments folded in
+``Calendars``               compiled calendars and the pulse (what falls due next)
+``Attempts`` (attempts.py)  every dispatched attempt: send, observe, Unknown, fence, cancel;
+                            each a ``Work`` (work.py) in one phase of one table
+                            (attempt_phase.py); asks ``Pacing`` (may one more go? it learns
+                            from each answer), keeps ``CapacityWaits``, commits through
+                            ``Commits``
+``Requests`` (requests.py)  admission requests and operator commands
+``Owner`` (this module)     events in, effects out; leadership, acquisition, pulse, claims
+==========================  ===================================================================
 
 Theory of operation (SPEC §2 "One serialized runner loop", §3, §6; issue 5 §3-§6)
 ---------------------------------------------------------------------------------
@@ -82,25 +103,20 @@ completion that won keeps its result.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable
 from typing import Any
 
 from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
-from appliance.core.calendar import compile_schedule
 from appliance.core.claims import claimable
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
-from appliance.core.pulse import Pulse
-from appliance.owner import contract_state, ownership
+from appliance.owner import ownership
 from appliance.owner.applied import Accepted, NotYetApplicable, Refused
-from appliance.owner.attempts import (
-    OBSERVE_GRACE_S,
-    UNKNOWN_POLL_S,
-    Work,
-)
+from appliance.owner.attempts import Attempts
 from appliance.owner.binding import authority_of, make_binding
+from appliance.owner.calendars import Calendars
+from appliance.owner.config_in_force import ConfigInForce
 from appliance.owner.events import (
     AdmissionRequest,
     CancelAnswered,
@@ -113,20 +129,22 @@ from appliance.owner.events import (
     ObserveAnswered,
     OperatorRequest,
     ProposalDone,
-    ReplyFailed,
     Tick,
     TimerFired,
 )
 from appliance.owner.fleet_decisions import FleetDecisions
-from appliance.owner.queue import QueueView
-from appliance.owner.serial import Chain, Gate, NotOwner, StateReader, Uncertain
+from appliance.owner.pacing import Pacing
+from appliance.owner.requests import Requests
+from appliance.owner.serial import Chain, Gate, NotOwner, Serial, StateReader, Uncertain
+from appliance.owner.standing import Standing
+from appliance.owner.work import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Work
 
 __all__ = ["OBSERVE_GRACE_S", "UNKNOWN_POLL_S", "Owner", "StateReader", "Work"]
 
 S = OccurrenceState
 
 
-class Owner(FleetDecisions):
+class Owner:
     def __init__(
         self,
         *,
@@ -135,78 +153,108 @@ class Owner(FleetDecisions):
         time_scale: float = 1.0,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        strict: bool = False,
         check_env: Callable[[str], str | None] | None = None,
     ) -> None:
-        super().__init__(state, time_scale, gate)
-        # Why a credential variable an add_worker names cannot serve this voter (the driver
-        # reads its environment); None: not checked (tests, the simulator).
-        self._check_env = check_env
-        # The genesis contract's remote and limits; ``cfg`` folds the committed amendments in.
-        self._genesis_cfg = cfg
-        self._cfg_in_force: tuple[Any, RunnerConfig] = (None, cfg)
         self.node_id = cfg.node_id
-        self.unknown_poll_s = unknown_poll_s
-        self._tasks: dict[int, Work] = {}  # worker-call token -> its work
-        self._admissions: dict[int, tuple[int, Mapping[str, Any]]] = {}  # token -> request
-        self._draining = False
-        # Owner state: valid only while self.epoch is not None.
-        self.term = 0
-        self.leader_hint: str | None = None
-        self.epoch: int | None = None
+        self._standing = Standing(cfg.node_id)
+        self._serial = Serial(
+            state, time_scale, gate=gate, strict=strict, lost_leadership=self._lose_ownership
+        )
+        self._config = ConfigInForce(cfg, state)
+        self._calendars = Calendars(state)
+        self._attempts = Attempts(self._serial, self._standing, self._config, unknown_poll_s)
+        # The fleet (issue 33): placement per claim, the workers' health, failover.
+        self._fleet = FleetDecisions(self._serial, self._standing, self._config, self._attempts)
+        self._requests = Requests(
+            self._serial,
+            self._standing,
+            self._config,
+            self._attempts,
+            self._calendars,
+            fleet=self._fleet,
+            check_env=check_env,
+        )
         self._acquire_wanted = False
         self._charging_wanted = False  # propose AdoptCharging(2) once the gate allows
-        self._seed_wanted = False  # the initial schedules wait for the version gate
-        self._pulse: Pulse | None = None
-        self._compiled: dict[int, Any] = {}
-        self._compile_cache: dict[tuple[str, str], Any] = {}
-        self._work: dict[int, Work] = {}  # occurrence id -> dispatched attempt
-        self._queue: QueueView[Work] = QueueView()  # last seen waiting in the worker's queue
         self._last_observe_s = 0
         self._orphans_possible = False
         self._owner_term = 0
 
     @property
     def cfg(self) -> RunnerConfig:
-        """The config with the contract in force: the remote and limits are the genesis with
-        every committed amendment applied (appliance/owner/contract_state.py), never what a
-        config file says. Rebuilt only when the committed amendment part changes."""
-        key = self._read(lambda st: (core.amendment_index(st), st.limits))
-        cached_key, cached = self._cfg_in_force
-        if cached_key != key:
-            genesis = self._genesis_cfg
-            remote = self._read(lambda st: contract_state.remote_in_force(genesis.remote, st))
-            cached = replace(genesis, remote=remote, limits=key[1])
-            self._cfg_in_force = (key, cached)
-        return cached
+        """The config with the contract in force (appliance/owner/config_in_force.py)."""
+        return self._config.get()
+
+    # ---- where this voter stands (read by the driver, status views and tests) ---------------
+
+    @property
+    def epoch(self) -> int | None:
+        """The acquired ownership epoch; None while this voter does not schedule."""
+        return self._standing.epoch
+
+    @property
+    def term(self) -> int:
+        return self._standing.term
+
+    @property
+    def leader_hint(self) -> str | None:
+        return self._standing.leader_hint
+
+    @property
+    def draining(self) -> bool:
+        return self._standing.draining
+
+    @property
+    def strict(self) -> bool:
+        return self._serial.strict
+
+    @property
+    def time_scale(self) -> float:
+        return self._serial.time_scale
+
+    @property
+    def unknown_poll_s(self) -> float:
+        """Real seconds between two looks at an Unknown attempt."""
+        return self._attempts.unknown_poll_s
+
+    @property
+    def pacing(self) -> Pacing:
+        """The paced dispatch's view of the (first) worker (the simulator's checker reads it)."""
+        return self._attempts.pacing
+
+    def pacing_for(self, worker: str | None) -> Pacing:
+        """The paced dispatch's view of one fleet worker (None: the first)."""
+        return self._attempts.pacing_for(worker)
 
     # ---- the interface -----------------------------------------------------------------------
 
     def handle(self, event: Event, wall_s: float) -> list[Effect]:
         """Feed one event at wall instant ``wall_s``; the effects to carry out, in order."""
-        self._wall_s = wall_s
-        self._out = []
-        if self._chain is not None:
-            if self._awaits(event):
-                self._deliver(event)
-            elif isinstance(event, Tick) and self._backlog and isinstance(self._backlog[-1], Tick):
-                pass  # one pending look at the clock is enough
-            else:
-                self._backlog.append(event)
-        else:
+        serial = self._serial
+        serial.begin(wall_s)
+        if not serial.suspended:
             self._handle_now(event)
-        self._drain_backlog()
-        if self._chain is None:
-            self._pace()  # send what waits for the worker's capacity (owner_pacing.py)
-        out, self._out = self._out, []
-        return out
+        elif serial.awaits(event):
+            serial.deliver(event)  # type: ignore[arg-type]
+        else:
+            serial.hold(event)
+        held = serial.next_held()
+        while held is not None:
+            self._handle_now(held)
+            held = serial.next_held()
+        if not serial.suspended:
+            self._attempts.pace()  # send what waits for the worker's capacity
+        return serial.take_effects()
 
     def next_due_s(self) -> float | None:
         """The wall instant of the next due slot this owner will observe, if it schedules. None
         while a decision waits for its commit: a tick then could do nothing, and a driver that
         woke for it would spin (the answer's own event brings the next tick)."""
-        if self.epoch is None or self._pulse is None or self._draining or self._chain is not None:
+        pulse = self._calendars.pulse
+        if self.epoch is None or pulse is None or self.draining or self._serial.suspended:
             return None
-        return self._pulse.next_due_s()
+        return pulse.next_due_s()
 
     def has_open_tasks(self) -> bool:
         """Whether a worker call is in flight or an attempt is still observed."""
@@ -214,11 +262,29 @@ class Owner(FleetDecisions):
 
     def open_occurrences(self) -> list[int]:
         """The occurrences with a worker call in flight or an observation still going."""
-        return sorted(w.occurrence_id for w in self._work.values() if w.busy or w.observing)
+        return self._attempts.open_occurrences()
 
-    @property
-    def draining(self) -> bool:
-        return self._draining
+    def waiting_for_capacity(self, worker: str | None = None) -> int:
+        """Claimed attempts waiting, unsent, for a worker's capacity (all: None; pacing.py)."""
+        return self._attempts.waiting(worker)
+
+    def in_flight(self, worker: str | None = None) -> int:
+        """Attempts this owner counts as held at a worker (all: None; pacing.py)."""
+        return self._attempts.in_flight(worker)
+
+    def execs_outstanding(self, worker: str | None = None) -> int:
+        """Exec requests sent and not answered yet (to a worker, or to all: None)."""
+        return self._attempts.execs_outstanding(worker)
+
+    def fleet_status(self) -> list[dict[str, Any]]:
+        """Every worker in force: drain state, reachability, load (appliance/owner/fleet.py)."""
+        return self._fleet.status()
+
+    def placement_waits(self) -> list[dict[str, Any]]:
+        return self._fleet.placement_waits()
+
+    def pacing_view(self) -> dict[str, Any]:
+        return self._attempts.pacing_view()
 
     # ---- events ------------------------------------------------------------------------------
 
@@ -226,113 +292,98 @@ class Owner(FleetDecisions):
         try:
             self._dispatch(event)
         except Exception as exc:  # a bug must not kill scheduling silently
-            self._emit_log("loop_error", error=repr(exc))
+            if self.strict:
+                raise
             request = getattr(event, "request", None)
-            if isinstance(request, int):
-                self._out.append(ReplyFailed(request, repr(exc)))
+            self._serial.fail(request if isinstance(request, int) else None, exc)
 
     def _dispatch(self, event: Event) -> None:
+        attempts, requests = self._attempts, self._requests
         if isinstance(event, Tick):
-            self._run(self._tick())
+            self._serial.run(self._tick())
         elif isinstance(event, LeadershipChanged):
             self._leadership(event)
         elif isinstance(event, TimerFired):
-            fn = self._timers.pop(event.token, None)
-            if fn is not None:
-                fn()
+            self._serial.fire(event.token)
         elif isinstance(event, ExecAnswered | ObserveAnswered | CancelAnswered):
-            self._worker_answered(event)
-        elif isinstance(event, ProposalDone) and event.token in self._outcomes:
-            self._outcome_done(event.token, event.outcome)
-        elif isinstance(event, ProposalDone) and event.token in self._notes:
-            self._note_done(event.token, event.outcome)
-        elif isinstance(event, ProposalDone) and event.token in self._admissions:
-            request, binding = self._admissions.pop(event.token)
-            self._admit_done(request, binding, event.outcome)
+            if not self._fleet.probe_answered(event):  # a fleet probe (fleet_decisions.py)
+                attempts.answered(event)
+        elif isinstance(event, ProposalDone) and attempts.commits.awaits(event.token):
+            attempts.commits.answered(event.token, event.outcome)
+        elif isinstance(event, ProposalDone) and attempts.waits.awaits(event.token):
+            attempts.waits.noted(event.token, event.outcome)
+        elif isinstance(event, ProposalDone) and requests.awaits_admission(event.token):
+            requests.admission_committed(event.token, event.outcome)
         elif isinstance(event, OperatorRequest):
-            self._run(self._operator_reply(event.request, event.command), event.request)
+            self._serial.run(requests.operator_reply(event.request, event.command), event.request)
         elif isinstance(event, AdmissionRequest):
-            self._admit(event.request, event.binding, event.incarnation, event.caller)
+            requests.admit(event.request, event.binding, event.incarnation, event.caller)
         elif isinstance(event, Drain):
-            self._draining = True
-            self._emit_log("draining", open_tasks=sum(1 for w in self._work.values() if w.busy))
-
-    def _worker_answered(self, event: ExecAnswered | ObserveAnswered | CancelAnswered) -> None:
-        if self._probe_answered(event):  # a fleet probe (appliance/owner/fleet_decisions.py)
-            return
-        work = self._tasks.pop(event.token, None)
-        if work is None:
-            return
-        if isinstance(event, ExecAnswered):
-            self._run(self._exec_done(work, event.result))
-        elif isinstance(event, ObserveAnswered):
-            self._run(self._observed(work, event.result))
-        else:
-            self._run(self._cancel_done(work, event.result))
+            self._standing.draining = True
+            self._serial.log("draining", open_tasks=attempts.busy_count())
 
     def _tick(self) -> Chain[None]:
         if self.epoch is None and self._acquire_wanted:
             yield from self._acquire()
-        if self.epoch is not None and self._seed_wanted:
-            command = core.SeedInitialSchedules(tuple(self.cfg.schedules), self._now_s())
-            if self._gated(command) is None:
+        if self.epoch is not None and self._standing.seeding:
+            at_s = self._serial.now_s()
+            command = core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
+            if self._serial.gated(command) is None:
                 try:
-                    yield from self._seed(self._now_s())
+                    yield from self._seed(at_s)
                 except (NotOwner, Uncertain) as exc:
-                    self._emit_log("initial_schedules_refused", reason=str(exc))
+                    self._serial.log("initial_schedules_refused", reason=str(exc))
         if self.epoch is not None and self._charging_wanted:
             yield from self._adopt_charging()
-        if self.epoch is not None and not self._draining:
+        if self.epoch is not None and not self.draining:
             yield from self._schedule()
 
     # ---- leadership and ownership ------------------------------------------------------------
 
     def _leadership(self, leadership: LeadershipChanged) -> None:
-        self.term = leadership.term
-        self.leader_hint = leadership.leader_id
+        standing = self._standing
+        standing.term = leadership.term
+        standing.leader_hint = leadership.leader_id
         if leadership.is_leader:
-            if self.epoch is not None and leadership.term != self._owner_term:
+            if standing.epoch is not None and leadership.term != self._owner_term:
                 self._lose_ownership(leadership.leader_id)  # re-elected: a new epoch is due
-            if self.epoch is None:
+            if standing.epoch is None:
                 self._acquire_wanted = True
-        elif self.epoch is not None or self._acquire_wanted:
+        elif standing.epoch is not None or self._acquire_wanted:
             self._lose_ownership(leadership.leader_id)
 
     def _lose_ownership(self, hint: str | None) -> None:
-        if self.epoch is not None:
-            self._emit_log("ownership_lost", epoch=self.epoch, leader_hint=hint)
-        self.epoch = None
+        standing = self._standing
+        if standing.epoch is not None:
+            self._serial.log("ownership_lost", epoch=standing.epoch, leader_hint=hint)
+        standing.epoch = None
         self._acquire_wanted = False
-        self.leader_hint = hint
-        self._pulse = None
-        self._work.clear()
-        self._queue.clear()
-        # The fleet's knowledge is this owner's: the next one learns again (owner/fleet.py).
+        standing.leader_hint = hint
+        standing.seeding = False  # the next owner sees needs_seed in its takeover
+        self._calendars.drop()
+        self._attempts.clear()
         self._fleet.clear()
-        self._placement_waits.clear()
-        self._fleet_ticks += 1  # stops the fleet timer
-        self._fleet_ticking = False
-        self._seed_wanted = False  # the next owner sees needs_seed in its takeover
 
     def _acquire(self) -> Chain[None]:
         """Barrier, then commit the ownership transition; only then schedule."""
-        done = yield from self._barrier()
+        serial = self._serial
+        done = yield from serial.barrier()
         if isinstance(done.failure, NotLeaderAnswer):
             self._acquire_wanted = False
             return
         if done.failure is not None:
-            self._emit_log("ownership_retry", reason=done.failure.detail)
+            serial.log("ownership_retry", reason=done.failure.detail)
             return
         try:
-            acquired = yield from self._commit_ownership(self._now_s())
+            acquired = yield from self._commit_ownership(serial.now_s())
         except (NotOwner, Uncertain, CoreError) as exc:
-            self._emit_log("ownership_retry", reason=str(exc))
+            serial.log("ownership_retry", reason=str(exc))
             return
         self._acquire_wanted = False
-        self.epoch = acquired.epoch
+        self._standing.epoch = acquired.epoch
         self._owner_term = self.term
         self._charging_wanted = True
-        self._emit_log(
+        serial.log(
             "ownership_acquired",
             epoch=acquired.epoch,
             term=self.term,
@@ -340,41 +391,44 @@ class Owner(FleetDecisions):
             resume_cancelling=list(acquired.resume_cancelling),
             fenced=list(acquired.fenced),
         )
-        self._rebuild_pulse()
-        deadline = self._deadline_s()
+        self._calendars.rebuild()
+        attempts = self._attempts
+        deadline = attempts.deadline_s()
         for oid in acquired.reobserve:
-            work = self._work_for_existing(oid, deadline)
+            work = attempts.adopt_existing(oid, deadline)
             if work is not None:
-                self._start_observing(work)
+                attempts.observe(work)
         for oid in acquired.resume_cancelling:
-            work = self._work_for_existing(oid, deadline)
+            work = attempts.adopt_existing(oid, deadline)
             if work is not None:
-                self._send_cancel(work)
+                attempts.cancel(work)
 
     def _adopt_charging(self) -> Chain[None]:
         """Switch the checkpoint to charging rules 2 (appliance/core/charging.py) once every
         voter can apply it; while the version gate says no, nothing is proposed and the next
         tick asks again. A committed refusal is logged and left until the next acquisition."""
-        if self._read(core.charging_rules) == 2:
+        serial = self._serial
+        if serial.read(core.charging_rules) == 2:
             self._charging_wanted = False
             return
         command = core.AdoptCharging(2)
-        if self._gated(command) is not None:
+        if serial.gated(command) is not None:
             return
         try:
-            result = yield from self._propose(command)
+            result = yield from serial.propose(command)
         except (NotOwner, Uncertain) as exc:
-            self._emit_log("charging_retry", reason=str(exc))
+            serial.log("charging_retry", reason=str(exc))
             return
         self._charging_wanted = False
         if isinstance(result, Refused):
-            self._emit_log("charging_refused", reason=result.message)
+            serial.log("charging_refused", reason=result.message)
         else:
-            self._emit_log("charging_adopted", rules=2)
+            serial.log("charging_adopted", rules=2)
 
     def _commit_ownership(self, at_s: int) -> Chain[ownership.Acquired]:
         """Commit ownership (and, on a new store, the initial schedules); raise on failure."""
-        result = yield from self._propose(core.AcquireOwnership(self.node_id, self.term, at_s))
+        serial = self._serial
+        result = yield from serial.propose(core.AcquireOwnership(self.node_id, self.term, at_s))
         if isinstance(result, Refused):
             raise ownership.OwnershipRefused(result.message)
         takeover: core.Takeover = result.value
@@ -387,98 +441,51 @@ class Owner(FleetDecisions):
         voter applies yet (``placement``, jitter) is held back by the version gate: then it is
         asked again at every tick, and operator mutations wait (503, not accepted) so no other
         schedule takes those ids meanwhile."""
-        seeded = yield from self._propose(
+        serial = self._serial
+        seeded = yield from serial.propose(
             core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
         )
-        self._seed_wanted = isinstance(seeded, Refused) and isinstance(
+        self._standing.seeding = isinstance(seeded, Refused) and isinstance(
             seeded.error, NotYetApplicable
         )
         if isinstance(seeded, Refused):
-            self._emit_log("initial_schedules_refused", reason=seeded.message)
+            serial.log("initial_schedules_refused", reason=seeded.message)
         else:
-            self._emit_log("initial_schedules", ids=list(seeded.value))
-            self._rebuild_pulse()
-
-    def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Work | None:
-        found = self._read(lambda st: st.occurrences.get(occurrence_id))
-        if found is None or found.terminal:
-            return None
-        binding = self._read(lambda st: ownership.binding_of(st, found))
-        if binding is None:
-            self._emit_log("binding_unknown", occurrence=occurrence_id, attempt=found.attempt)
-            return None
-        work = Work(occurrence_id, found.attempt, binding, deadline_s, found.due_s)
-        self._work[occurrence_id] = work
-        return work
-
-    def _compiled_for(self, definition: Any) -> Any:
-        key = (definition.cron, definition.timezone)
-        compiled = self._compile_cache.get(key)
-        if compiled is None:
-            compiled = compile_schedule(definition.cron, definition.timezone)
-            self._compile_cache[key] = compiled
-        return compiled
-
-    def _rebuild_pulse(self) -> None:
-        def build(st: core.SchedulerState) -> Pulse:
-            self._compiled = {
-                sid: self._compiled_for(s.definition) for sid, s in st.schedules.items()
-            }
-            return Pulse.rebuild(st, self._compiled)
-
-        self._pulse = self._read(build)
-
-    def _track_schedule(self, schedule_id: int) -> None:
-        """After a command that changed one schedule (create, enable, update, disable, delete):
-        only its pulse entry changes. A full rebuild takes one calendar step per schedule, so
-        creating the 1,000th schedule cost 1,000 of them."""
-        pulse = self._pulse
-        if pulse is None:
-            self._rebuild_pulse()
-            return
-
-        def track(st: core.SchedulerState) -> None:
-            schedule = st.schedules.get(schedule_id)
-            if schedule is None:
-                self._compiled.pop(schedule_id, None)
-                pulse.forget(schedule_id)
-                return
-            compiled = self._compiled_for(schedule.definition)
-            self._compiled[schedule_id] = compiled
-            pulse.track(st, schedule_id, compiled)
-
-        self._read(track)
+            serial.log("initial_schedules", ids=list(seeded.value))
+            self._calendars.rebuild()
 
     # ---- scheduling: pulse, retry-due, claims ------------------------------------------------
 
     def _schedule(self) -> Chain[None]:
-        self._start_fleet_ticks()  # once the fleet has two workers (an add_worker, a takeover)
-        now_s = max(self._now_s(), self._last_observe_s)  # a clock step back observes nothing new
+        self._fleet.start_ticks()  # once the fleet has two workers (an add_worker, a takeover)
+        now_s = max(
+            self._serial.now_s(), self._last_observe_s
+        )  # a clock step back observes nothing new
         self._last_observe_s = now_s
         try:
             yield from self._observe(now_s)
             yield from self._retry_due(now_s)
-            if self._dirty:
-                self._dirty = False
+            if self._serial.dirty:
+                self._serial.dirty = False
                 if self._orphans_possible:
                     self._adopt_orphans()
                 yield from self._claim_ready(now_s)
         except NotOwner:
             return
         except Uncertain as exc:
-            self._emit_log("proposal_uncertain", reason=str(exc))
-            self._rebuild_pulse()
+            self._serial.log("proposal_uncertain", reason=str(exc))
+            self._calendars.rebuild()
 
     def _observe(self, now_s: int) -> Chain[None]:
-        pulse = self._pulse
-        if pulse is None or self._read(core.paused_since) is not None:
+        pulse = self._calendars.pulse
+        if pulse is None or self._serial.read(core.paused_since) is not None:
             return  # paused: nothing is selected (resume decides about the span)
-        plan = self._read(lambda st: pulse.plan(st, self._compiled, now_s))
+        plan = self._serial.read(lambda st: pulse.plan(st, self._calendars.compiled, now_s))
         if plan is None:
             return
         folded = self._with_claims(plan.command, now_s)
         try:
-            result = yield from self._propose(folded or plan.command)
+            result = yield from self._serial.propose(folded or plan.command)
         except Uncertain:
             if folded is not None:
                 self._orphans_possible = True  # its claims may commit later: adopt them then
@@ -487,23 +494,25 @@ class Owner(FleetDecisions):
             # Only the observation itself should refuse the folded command; whatever it was,
             # observing alone is never worse than before the fold.
             reason = f"ObserveAndClaim refused, observing alone: {result.message}"
-            self._emit_log("observation_refused", at=now_s, reason=reason)
-            result = yield from self._propose(plan.command)
+            self._serial.log("observation_refused", at=now_s, reason=reason)
+            result = yield from self._serial.propose(plan.command)
         if isinstance(result, Refused):
-            self._emit_log("observation_refused", at=now_s, reason=result.message)
-            self._rebuild_pulse()
+            self._serial.log("observation_refused", at=now_s, reason=result.message)
+            self._calendars.rebuild()
             return
-        self._read(lambda st: pulse.committed(st, plan, self._compiled))
+        self._serial.read(lambda st: pulse.committed(st, plan, self._calendars.compiled))
         report: core.ObserveReport = result.value  # ObservedAndClaimed is one too
         claimed = report.claimed if isinstance(report, core.ObservedAndClaimed) else ()
-        self._emit_log(
+        self._serial.log(
             "selection",
             at=now_s,
             created=[list(c) for c in report.created],
             dropped=[[sid, reason.value, n] for sid, reason, n in report.dropped],
             ignored=[list(i) for i in report.ignored],
             retired=list(report.retired),
-            late_ms=self._late_ms(min(c[2] for c in report.created)) if report.created else None,
+            late_ms=self._serial.late_ms(min(c[2] for c in report.created))
+            if report.created
+            else None,
         )
         for record in claimed:
             self._dispatch_claimed(record)
@@ -521,45 +530,45 @@ class Owner(FleetDecisions):
         remote = self.cfg.remote
         authority = core.Authority(**authority_of(remote))
         if len(remote.fleet) > 1:  # a worker per observed schedule (core/observe_place.py)
-            placements = self._read(lambda st: self._placements(st, observe))
+            placements = self._serial.read(lambda st: self._fleet.placements(st, observe))
             return core.ObserveAndPlace(
                 observe, self.epoch, remote.namespace, placements, authority
             )
-        worker = self._fold_worker()  # one worker for every claim: only a fleet of one
+        worker = self._fleet.fold_worker()  # one worker for every claim: only a fleet of one
         if worker is None:
             return None
         return core.ObserveAndClaim(observe, self.epoch, remote.namespace, worker, authority)
 
     def _dispatch_claimed(self, record: Any) -> None:
         """Dispatch a claim this owner just committed (its committed binding, its code)."""
-        binding = self._read(lambda st: ownership.binding_of(st, record))
+        binding = self._serial.read(lambda st: ownership.binding_of(st, record))
         code = self._code_of(record.id)
         if binding is None or code is None:  # cannot happen right after the commit; never guess
-            self._emit_log("binding_unknown", occurrence=record.id, attempt=record.attempt)
+            self._serial.log("binding_unknown", occurrence=record.id, attempt=record.attempt)
             self._orphans_possible = True
             return
-        self._emit_log(
+        self._serial.log(
             "claim",
             occurrence=record.id,
             schedule=record.schedule_id,
             attempt=record.attempt,
             epoch=self.epoch,
             worker=binding["worker_id"],
-            late_ms=self._late_ms(record.due_s),
+            late_ms=self._serial.late_ms(record.due_s),
         )
-        self._start_exec(record, binding, code)
+        self._attempts.start(record, binding, code)
 
     def _code_of(self, occurrence_id: int) -> str | None:
         """The code the occurrence was created with: an update keeps it for live records
         (appliance/core/live_code.py), so the dispatch matches the claim's digest."""
-        return self._read(lambda st: core.record_code(st, occurrence_id))
+        return self._serial.read(lambda st: core.record_code(st, occurrence_id))
 
     def _retry_due(self, now_s: int) -> Chain[None]:
-        due = self._read(lambda st: st.next_retry_due_s())
+        due = self._serial.read(lambda st: st.next_retry_due_s())
         if due is not None and due <= now_s:
-            result = yield from self._propose(core.RetryDue(now_s))
+            result = yield from self._serial.propose(core.RetryDue(now_s))
             if isinstance(result, Accepted) and result.value:
-                self._emit_log("retry_due", occurrences=list(result.value))
+                self._serial.log("retry_due", occurrences=list(result.value))
 
     def _claim_ready(self, now_s: int) -> Chain[None]:
         if not self._may_claim(now_s) or self.epoch is None:
@@ -567,10 +576,10 @@ class Owner(FleetDecisions):
         epoch = self.epoch
         planned: list[tuple[Any, Any, dict[str, Any]]] = []
         load: Counter[str] = Counter()  # this pass's claims per worker (placement's load)
-        ready = self._read(claimable)
-        base = self._candidates(Counter()) if ready else []
+        ready = self._serial.read(claimable)
+        base = self._fleet.candidates(Counter()) if ready else []
         for oid, attempt in ready:
-            record, schedule = self._read(
+            record, schedule = self._serial.read(
                 lambda st, oid=oid: (
                     st.occurrences.get(oid),
                     st.schedules.get(st.occurrences[oid].schedule_id)
@@ -581,7 +590,7 @@ class Owner(FleetDecisions):
             code = self._code_of(oid)
             if record is None or schedule is None or code is None:
                 continue
-            worker = self._choose_worker(oid, schedule.definition.placement, load, base)
+            worker = self._fleet.choose_worker(oid, schedule.definition.placement, load, base)
             if worker is None:
                 continue  # no worker may run it now: it waits Pending, its reason in status
             binding = make_binding(
@@ -598,30 +607,32 @@ class Owner(FleetDecisions):
             )
             planned.append((record, code, binding))
         commands = [ownership.claim_command(r, b, now_s) for r, _, b in planned]
-        outcomes = yield from self._proposals(commands)
+        outcomes = yield from self._serial.proposals(commands)
         for (record, code, binding), outcome in zip(planned, outcomes, strict=True):
             oid, attempt = record.id, record.attempt
             try:
-                result = self._interpret(outcome)
+                result = self._serial.interpret(outcome)
             except Uncertain as exc:
-                self._emit_log("claim_uncertain", occurrence=oid, attempt=attempt, reason=str(exc))
+                self._serial.log(
+                    "claim_uncertain", occurrence=oid, attempt=attempt, reason=str(exc)
+                )
                 self._orphans_possible = True  # it may commit later: adopt it then
                 continue
             if isinstance(result, Refused):
-                self._emit_log(
+                self._serial.log(
                     "claim_refused", occurrence=oid, attempt=attempt, reason=result.message
                 )
                 continue
-            self._emit_log(
+            self._serial.log(
                 "claim",
                 occurrence=oid,
                 schedule=record.schedule_id,
                 attempt=attempt,
                 epoch=self.epoch,
                 worker=binding["worker_id"],
-                late_ms=self._late_ms(record.due_s),
+                late_ms=self._serial.late_ms(record.due_s),
             )
-            self._start_exec(record, binding, code)
+            self._attempts.start(record, binding, code)
 
     def _adopt_orphans(self) -> None:
         """Dispatch this epoch's committed claims whose proposal outcome was unknown here.
@@ -631,19 +642,21 @@ class Owner(FleetDecisions):
         """
         self._orphans_possible = False
         epoch = self.epoch
-        running = self._read(
+        running = self._serial.read(
             lambda st: [r for r in st.occurrences.values() if r.state is S.RUNNING]
         )
         for record in running:
-            if record.id in self._work:
+            if record.id in self._attempts.work:
                 continue
-            binding = self._read(lambda st, r=record: ownership.binding_of(st, r))
+            binding = self._serial.read(lambda st, r=record: ownership.binding_of(st, r))
             if binding is None or binding["epoch"] != epoch or binding["owner"] != self.node_id:
                 continue
-            if self._read(lambda st, r=record: ownership.permit_may_exist(st, r.id, r.attempt)):
+            if self._serial.read(
+                lambda st, r=record: ownership.permit_may_exist(st, r.id, r.attempt)
+            ):
                 continue
             code = self._code_of(record.id)
             if code is None:
                 continue
-            self._emit_log("claim_adopted", occurrence=record.id, attempt=record.attempt)
-            self._start_exec(record, binding, code)
+            self._serial.log("claim_adopted", occurrence=record.id, attempt=record.attempt)
+            self._attempts.start(record, binding, code)

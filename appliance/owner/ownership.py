@@ -132,10 +132,6 @@ def fence_after_cancel_command(namespace: str, record: Occurrence, at_s: int) ->
     return core.FenceAfterCancel(invocation_of(namespace, record), at_s)
 
 
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
-
-
 def admit_command(
     binding: Mapping[str, Any], incarnation: str, at_s: int
 ) -> Any | tuple[int, dict[str, Any]]:
@@ -143,7 +139,7 @@ def admit_command(
     try:
         parsed = binding_from_json(binding)
     except CoreError as err:
-        return 403, _error("binding_mismatch", str(err))
+        return 403, v1.error_document("binding_mismatch", str(err))
     return core.Admit(parsed, incarnation, at_s)
 
 
@@ -154,7 +150,7 @@ def admit_answer(result: Accepted | Refused) -> tuple[int, dict[str, Any]]:
         admission = isinstance(result.error, core.AdmissionRefused)
         if not admission or code not in v1.ADMIT_REFUSED_CODES:
             code = "binding_mismatch"  # a malformed request for a permit: refused, definitely
-        return 403, _error(code, result.message)
+        return 403, v1.error_document(code, result.message)
     granted: core.Granted = result.value
     body: dict[str, Any] = {"permit": core.permit_to_json(granted)}
     if granted.existing:

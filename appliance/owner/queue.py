@@ -13,7 +13,7 @@ them and decides when each is looked at:
   progress count too). When fewer wait there than this view holds as not yet started, the
   oldest of the excess have started: each is looked at soon, once (a free slot: all of them);
 - a deferred one is looked at anyway once half of its observation deadline's window is left
-  (``AttemptDecisions._poll``).
+  (``Attempts._poll``).
 
 Deferring only moves a look later; it never decides anything. The deadline is acted on only
 after an answer, and an answer that the execution still waits restarts it. The order kept here

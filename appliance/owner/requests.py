@@ -6,11 +6,14 @@ requests share Raft appends) and answered only from its committed result. An ope
 is ``list`` (the local, possibly stale, view), ``status`` (after a read barrier) or a mutation
 (the core command of its row in appliance/commands/table.py, answered after its commit;
 503 ``uncertain`` when the commit's fate is unknown).
+
+``Requests`` is a part of the owner (appliance/owner/owner.py composes it): it reads where the
+voter stands (``Standing``), asks the attempts to cancel or forget one, and the calendars to
+retrack a schedule a command changed; it holds only the admissions awaiting their commit.
 """
 
 from __future__ import annotations
 
-from abc import abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -23,7 +26,6 @@ from appliance.commands.operator import (
 )
 from appliance.commands.table import ADMIN_ACTIONS, PREVIEWS
 from appliance.config.rfc3339 import format_utc
-from appliance.config.runner import RunnerConfig
 from appliance.core import state as core
 from appliance.core.binding import instant_text
 from appliance.core.definition import parse_definition
@@ -31,18 +33,32 @@ from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.owner import contract_state, ownership
 from appliance.owner.applied import Refused
+from appliance.owner.attempts import Attempts
+from appliance.owner.calendars import Calendars
+from appliance.owner.config_in_force import ConfigInForce
 from appliance.owner.contract import amendment_args
 from appliance.owner.events import NotLeaderAnswer, Outcome, Propose, Reply
-from appliance.owner.pacing import PacedDispatch
-from appliance.owner.serial import Chain, NotOwner, Uncertain
+from appliance.owner.serial import Chain, NotOwner, Serial, Uncertain
+from appliance.owner.standing import Standing
 from appliance.protocol import v1
 
 S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
+def list_reply(node_id: str, read: Callable[..., Any], genesis: Any = None) -> dict[str, Any]:
+    """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
+    ``read`` (the machine's) takes only the references under its lock; the view is rendered
+    after. With the genesis remote, the fleet in force too (issue 33)."""
+    snapshot: core.ListSnapshot = read(core.list_snapshot)
+    reply = {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+    if genesis is not None:
+        reply["fleet"] = read(lambda st: contract_state.fleet_view(genesis, st))
+    return reply
+
+
 def _admit_error(message: str) -> dict[str, Any]:
-    return {"error": {"code": "binding_mismatch", "message": message}}
+    return v1.error_document("binding_mismatch", message)
 
 
 def admission_caller_refusal(
@@ -68,64 +84,38 @@ def admission_caller_refusal(
     return None
 
 
-def list_reply(node_id: str, read: Callable[..., Any], genesis: Any = None) -> dict[str, Any]:
-    """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
-    ``read`` (the machine's) takes only the references under its lock; the view is rendered
-    after. With the genesis remote, the fleet in force too (issue 33)."""
-    snapshot: core.ListSnapshot = read(core.list_snapshot)
-    reply = {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
-    if genesis is not None:
-        reply["fleet"] = read(lambda st: contract_state.fleet_view(genesis, st))
-    return reply
+class Requests:
+    """Admission requests and operator commands, answered from the committed state."""
 
-
-class RequestDecisions(PacedDispatch):
-    cfg: RunnerConfig
-    _genesis_cfg: RunnerConfig  # the genesis contract (``Owner``); amendments fold over it
-    node_id: str
-    epoch: int | None
-    term: int
-    leader_hint: str | None
-    _draining: bool
-    _admissions: dict[int, tuple[int, Mapping[str, Any]]]  # proposal token -> (request, binding)
-    _check_env: Callable[[str], str | None] | None  # the driver's credential check (fleet_args)
-
-    @abstractmethod
-    def _rebuild_pulse(self) -> None:
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
-
-    @abstractmethod
-    def _track_schedule(self, schedule_id: int) -> None:
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
-
-    @abstractmethod
-    def _compiled_for(self, definition: Any) -> Any:
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
-
-    @abstractmethod
-    def _work_for_existing(self, occurrence_id: int, deadline_s: float) -> Any:
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
-
-    @abstractmethod
-    def fleet_status(self) -> list[dict[str, Any]]:
-        """Provided by ``FleetDecisions`` (appliance/owner/fleet_decisions.py)."""
-
-    @abstractmethod
-    def placement_waits(self) -> list[dict[str, Any]]:
-        """Provided by ``FleetDecisions`` (appliance/owner/fleet_decisions.py)."""
+    def __init__(
+        self,
+        serial: Serial,
+        standing: Standing,
+        config: ConfigInForce,
+        attempts: Attempts,
+        calendars: Calendars,
+        *,
+        fleet: Any = None,
+        check_env: Callable[[str], str | None] | None = None,
+    ) -> None:
+        self._serial = serial
+        # The fleet (issue 33): its status views, and the driver's answer to "can this voter use
+        # the credential variable an add_worker names?" (appliance/owner/fleet_args.py).
+        self._fleet = fleet
+        self._check_env = check_env
+        self._standing = standing
+        self._config = config
+        self._attempts = attempts
+        self._calendars = calendars
+        self._admissions: dict[int, tuple[int, Mapping[str, Any]]] = {}  # token -> request
 
     # ---- admission ---------------------------------------------------------------------------
 
     def _not_owner_answer(self, message: str) -> tuple[int, dict[str, Any]]:
-        return 409, {
-            "error": {
-                "code": v1.ADMIT_NOT_OWNER_CODE,
-                "message": message,
-                "leader_hint": self.leader_hint,
-            }
-        }
+        hint = self._standing.leader_hint
+        return 409, v1.error_document(v1.ADMIT_NOT_OWNER_CODE, message, leader_hint=hint)
 
-    def _admit(
+    def admit(
         self,
         request: int,
         binding: Mapping[str, Any],
@@ -133,35 +123,44 @@ class RequestDecisions(PacedDispatch):
         caller: str | None = None,
     ) -> None:
         """Propose ``Admit`` without waiting, so concurrent permit requests share Raft appends;
-        the driver may answer a committed outcome at once (``answers_admission``)."""
-        if self.epoch is None:
+        the driver may answer a committed outcome at once (``answers_admission``). ``caller``:
+        the fleet worker whose own admission credential was presented (issue 33)."""
+        if self._standing.epoch is None:
             self._answer_admission(request, binding, self._not_owner_answer("not the owner"))
             return
-        refusal = self._read(
-            lambda st: admission_caller_refusal(self._genesis_cfg.remote, st, binding, caller)
+        genesis = self._config.genesis.remote
+        refusal = self._serial.read(
+            lambda st: admission_caller_refusal(genesis, st, binding, caller)
         )
-        if refusal is not None:  # definite, nothing proposed (issue 33: the caller's worker)
+        if refusal is not None:  # definite, nothing proposed
             self._answer_admission(request, binding, (403, _admit_error(refusal)))
             return
-        command = ownership.admit_command(binding, incarnation, self._now_s())
+        command = ownership.admit_command(binding, incarnation, self._serial.now_s())
         if isinstance(command, tuple):  # a definite refusal before any proposal
             self._answer_admission(request, binding, command)
             return
-        gated = self._gated(command)
+        gated = self._serial.gated(command)
         if gated is not None:  # definite, nothing proposed: answered like a committed refusal
-            self._admit_done(request, binding, gated)
+            self.admit_done(request, binding, gated)
             return
-        token = next(self._tokens)
+        token = self._serial.token()
         self._admissions[token] = (request, binding)
-        self._out.append(Propose(token, command, answers_admission=request))
+        self._serial.emit(Propose(token, command, answers_admission=request))
 
-    def _admit_done(self, request: int, binding: Mapping[str, Any], outcome: Outcome) -> None:
+    def awaits_admission(self, token: int) -> bool:
+        return token in self._admissions
+
+    def admission_committed(self, token: int, outcome: Outcome) -> None:
+        request, binding = self._admissions.pop(token)
+        self.admit_done(request, binding, outcome)
+
+    def admit_done(self, request: int, binding: Mapping[str, Any], outcome: Outcome) -> None:
         try:
-            result = self._interpret(outcome)
+            result = self._serial.interpret(outcome)
         except NotOwner:
             reply = self._not_owner_answer("ownership lost")
         except Uncertain as exc:
-            reply = 503, {"error": {"code": v1.ADMIT_UNCERTAIN_CODE, "message": str(exc)}}
+            reply = 503, v1.error_document(v1.ADMIT_UNCERTAIN_CODE, str(exc))
         else:
             reply = ownership.admit_answer(result)
         self._answer_admission(request, binding, reply)
@@ -171,17 +170,17 @@ class RequestDecisions(PacedDispatch):
     ) -> None:
         status, body = reply
         oid = binding.get("occurrence_id") if isinstance(binding, Mapping) else None
-        work = self._work.get(oid) if isinstance(oid, int) else None
-        self._emit_log(
+        work = self._attempts.work.get(oid) if isinstance(oid, int) else None
+        self._serial.log(
             "admission",
             status=status,
             occurrence=oid,
             attempt=binding.get("attempt") if isinstance(binding, Mapping) else None,
             epoch=binding.get("epoch") if isinstance(binding, Mapping) else None,
-            late_ms=self._late_ms(work.due_s) if work is not None else None,
+            late_ms=self._serial.late_ms(work.due_s) if work is not None else None,
             refusal=(body.get("error") or {}).get("code") if status != 200 else None,
         )
-        self._out.append(Reply(request, reply))
+        self._serial.emit(Reply(request, reply))
 
     # ---- operator commands -------------------------------------------------------------------
 
@@ -190,27 +189,29 @@ class RequestDecisions(PacedDispatch):
             409,
             "not_owner",
             "this voter is not the acquired owner; send the command to the leader",
-            leader_hint=self.leader_hint,
+            leader_hint=self._standing.leader_hint,
         )
 
-    def _operator_reply(self, request: int, command: OperatorCommand) -> Chain[None]:
+    def operator_reply(self, request: int, command: OperatorCommand) -> Chain[None]:
+        """One operator command, a serial decision; exactly one ``Reply`` for ``request``."""
         try:
             reply = yield from self._operator(command)
         except OperatorError as err:
             reply = err.reply()
-        self._out.append(Reply(request, reply))
+        self._serial.emit(Reply(request, reply))
 
     def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action = command.action
         if action == "list":
-            return list_reply(self.node_id, self._read, self._genesis_cfg.remote)
-        if self.epoch is None:
+            genesis = self._config.genesis.remote
+            return list_reply(self._standing.node_id, self._serial.read, genesis)
+        if self._standing.epoch is None:
             raise self._not_owner()
         if action == "status":
             return (yield from self._status())
-        if self._draining:
+        if self._standing.draining:
             raise OperatorError(503, "draining", "the runner is shutting down", accepted=False)
-        if getattr(self, "_seed_wanted", False):
+        if self._standing.seeding:
             raise OperatorError(
                 503,
                 "seeding",
@@ -227,16 +228,18 @@ class RequestDecisions(PacedDispatch):
     def _planned(self, plan: Callable[..., Any], args: dict[str, Any], at_s: int) -> Any:
         """A table row's plan, on the committed state with this owner's calendars."""
 
-        def compiled(schedule_id: int) -> Any:
-            return self._read(lambda st: self._compiled_for(st.schedules[schedule_id].definition))
+        read, compiled_for = self._serial.read, self._calendars.compiled_for
 
-        return self._read(lambda st: plan(args, at_s, st, compiled))
+        def compiled(schedule_id: int) -> Any:
+            return read(lambda st: compiled_for(st.schedules[schedule_id].definition))
+
+        return read(lambda st: plan(args, at_s, st, compiled))
 
     def _preview(self, command: OperatorCommand) -> dict[str, Any]:
         """``backfill_preview``: the backfill's plan and its apply on a transaction that is never
         committed (appliance/core/schedule_commands.py), answered without proposing anything."""
-        cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
-        report = self._read(lambda st: core.preview_backfill(st, cmd))
+        cmd = build_mutation(command, self._serial.now_s(), self._check_definition, self._planned)
+        report = self._serial.read(lambda st: core.preview_backfill(st, cmd))
         if isinstance(report, CoreError):
             return error_reply(400, "refused", str(report))
         return {
@@ -248,33 +251,33 @@ class RequestDecisions(PacedDispatch):
         }
 
     def _status(self) -> Chain[dict[str, Any]]:
-        done = yield from self._barrier()
+        standing, read = self._standing, self._serial.read
+        done = yield from self._serial.barrier()
         if isinstance(done.failure, NotLeaderAnswer):
-            self._lose_ownership(self.leader_hint)
+            self._serial.lost_leadership(standing.leader_hint)
             raise self._not_owner()
         if done.failure is not None:
             raise OperatorError(
                 503, "unavailable", f"no quorum confirmed leadership: {done.failure.detail}"
             )
-        if self.epoch is None:
+        if standing.epoch is None:
             raise self._not_owner()
         raft = done.raft_status
-        counts = self._read(lambda st: st.counts())
+        counts = read(lambda st: st.counts())
         # The grant in force: the committed contract (genesis plus amendments), never the file.
-        remote = self._read(lambda st: contract_state.remote_in_force(self._genesis_cfg.remote, st))
+        genesis = self._config.genesis
+        remote = read(lambda st: contract_state.remote_in_force(genesis.remote, st))
         reply: dict[str, Any] = {
             "ok": True,
-            "node": self.node_id,
-            "term": raft.get("term", self.term),
-            "ownership": {"node": self.node_id, "epoch": self.epoch},
+            "node": standing.node_id,
+            "term": raft.get("term", standing.term),
+            "ownership": {"node": standing.node_id, "epoch": standing.epoch},
             "commit_index": raft.get("commit_index"),
             "applied_index": raft.get("applied_index"),
             "grant_expires_at": format_utc(remote.expires_at),
-            "grant_expired": self._wall_s >= remote.expires_at.timestamp(),
+            "grant_expired": self._serial.wall_s >= remote.expires_at.timestamp(),
             # The contract in force: genesis plus committed amendments (issue 20).
-            "contract": self._read(
-                lambda st: contract_state.contract_summary(self._genesis_cfg.remote, st)
-            ),
+            "contract": read(lambda st: contract_state.contract_summary(genesis.remote, st)),
             # The Raft configuration in force and any change in flight (issue 20).
             **{key: raft[key] for key in _MEMBERSHIP_STATUS if key in raft},
             "counts": {
@@ -284,29 +287,31 @@ class RequestDecisions(PacedDispatch):
                 "by_state": counts.by_state,
             },
         }
-        # Paced dispatch (owner_pacing.py): in flight at the worker, waiting for its capacity.
-        reply["dispatch"] = self.pacing_view()
-        # The fleet (issue 33): every worker, drained or not, reachable or not, and what waits
-        # for a worker placement would accept.
-        reply["fleet"] = self.fleet_status()
-        reply["placement_waits"] = self.placement_waits()
-        paused = self._read(core.paused_since)
+        # Paced dispatch (appliance/owner/pacing.py): in flight at the worker, waiting for its
+        # capacity.
+        reply["dispatch"] = self._attempts.pacing_view()
+        if self._fleet is not None:
+            # The fleet (issue 33): every worker, drained or not, reachable or not, and what
+            # waits for a worker placement would accept.
+            reply["fleet"] = self._fleet.status()
+            reply["placement_waits"] = self._fleet.placement_waits()
+        paused = read(core.paused_since)
         reply["paused"] = None if paused is None else {"since": instant_text(paused)}
-        if self.time_scale != 1.0:
-            reply["time_scale"] = self.time_scale
+        if self._serial.time_scale != 1.0:
+            reply["time_scale"] = self._serial.time_scale
         return reply
 
     def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action, args = command.action, command.args
         if action in ADMIN_ACTIONS:  # a contract amendment: its base and normalized values
-            genesis, check_env = self._genesis_cfg.remote, self._check_env
+            genesis, check_env = self._config.genesis.remote, self._check_env
             command = OperatorCommand(
                 action,
-                self._read(lambda st: amendment_args(action, args, st, genesis, check_env)),
+                self._serial.read(lambda st: amendment_args(action, args, st, genesis, check_env)),
             )
-        cmd = build_mutation(command, self._now_s(), self._check_definition, self._planned)
+        cmd = build_mutation(command, self._serial.now_s(), self._check_definition, self._planned)
         try:
-            result = yield from self._propose(cmd)
+            result = yield from self._serial.propose(cmd)
         except NotOwner:
             raise self._not_owner() from None
         except Uncertain as exc:
@@ -314,23 +319,26 @@ class RequestDecisions(PacedDispatch):
                 503, "uncertain", str(exc), outcome="uncertain", retry_safe=False
             ) from None
         if isinstance(result, Refused):
-            self._emit_log("operator_refused", action=action, reason=result.message)
-            return error_reply(400, "refused", result.message)
-        self._emit_log("operator", action=action, **_ids(args))
+            self._serial.log("operator_refused", action=action, reason=result.message)
+            # A name another schedule holds: which one (core/unique_names.py, issue 35).
+            holder = getattr(result.error, "existing_id", None)
+            details = {"existing_id": holder} if isinstance(holder, int) else {}
+            return error_reply(400, "refused", result.message, **details)
+        self._serial.log("operator", action=action, **_ids(args))
         return self._after_mutation(action, args, result.value)
 
     def _check_definition(self, document: Any) -> Any:
         """A create's definition, parsed and compiled, or a 400 naming the problem."""
         try:
-            definition = parse_definition(document, self.cfg.limits, "definition")
-            self._compiled_for(definition)
+            definition = parse_definition(document, self._config.get().limits, "definition")
+            self._calendars.compiled_for(definition)
         except CoreError as err:
             raise OperatorError(400, "invalid_definition", str(err)) from None
         return definition
 
     def _after_mutation(self, action: str, args: dict[str, Any], value: Any) -> dict[str, Any]:
         if action in ADMIN_ACTIONS:
-            self._emit_log("contract_amended", amendment=value.amendment, kind=value.kind)
+            self._serial.log("contract_amended", amendment=value.amendment, kind=value.kind)
             return {
                 "ok": True,
                 "action": action,
@@ -341,25 +349,26 @@ class RequestDecisions(PacedDispatch):
         if extended is not None:
             return extended
         if action == "create":
-            self._track_schedule(value)
+            self._calendars.track(value)
             return {"ok": True, "action": action, "id": value}
         if action in ("disable", "delete"):
-            self._track_schedule(args["id"])
+            self._calendars.track(args["id"])
             return {"ok": True, "action": action, "id": args["id"]}
         oid = args["occurrence_id"]
         state = getattr(value, "state", None)
         reply = {"ok": True, "action": action, "occurrence_id": oid, "state": state.value}
+        attempts = self._attempts
         if action == "cancel" and state is S.CANCELLING:
-            work = self._work.get(oid) or self._work_for_existing(oid, self._deadline_s())
+            work = attempts.work.get(oid) or attempts.adopt_existing(oid, attempts.deadline_s())
             if work is not None:
                 work.cancel_attempts = 0
-                self._send_cancel(work)
+                attempts.cancel(work)
         if action == "acknowledge_stopped":
-            acknowledged = self._work.get(oid)
+            acknowledged = attempts.work.get(oid)
             if acknowledged is not None:
-                self._forget(acknowledged)
+                attempts.forget(acknowledged)
             # What was attested over: the Unknown's reason and whether a permit was committed.
-            reply["evidence"] = self._read(lambda st: ownership.unknown_evidence(st, oid))
+            reply["evidence"] = self._serial.read(lambda st: ownership.unknown_evidence(st, oid))
         return reply
 
     def _after_extended(
@@ -367,14 +376,17 @@ class RequestDecisions(PacedDispatch):
     ) -> dict[str, Any] | None:
         """The replies of the commands beyond the seeds (None for the others). A run_now or
         backfill occurrence is claimed by the next pulse's claim pass, like any Pending one."""
-        if action in ("enable", "update"):
-            self._track_schedule(args["id"])  # its cursor or calendar changed
-            key = "enabled" if action == "enable" else "changed"
-            return {"ok": True, "action": action, "id": args["id"], key: value}
+        if action == "enable":
+            self._calendars.track(args["id"])  # its cursor changed
+            return {"ok": True, "action": action, "id": args["id"], "enabled": value}
+        if action == "update":  # value: the fields that changed (core/schedule_commands.py)
+            self._calendars.track(args["id"])  # its calendar may have changed
+            reply = {"ok": True, "action": action, "id": args["id"], "changed": bool(value)}
+            return {**reply, "fields": list(value)}
         if action == "pause":
             return {"ok": True, "action": action, "paused": True, "changed": value}
         if action == "resume":
-            self._rebuild_pulse()
+            self._calendars.rebuild()
             return {"ok": True, "action": action, "paused": False, "moved": list(value)}
         if action == "run_now":
             return {

@@ -4,15 +4,18 @@ Theory of operation: the runner loop used to block on a commit and take nothing 
 queue meanwhile, so every decision was made from the state the previous one produced. The owner
 keeps that rule without blocking: a decision that needs a commit is a generator that *yields*
 the proposals (or the read barrier) it waits for and is resumed with their outcomes; while one is
-suspended, every other event is held, in order, and handled once it finishes. The claims of one
-pulse are yielded together, so they are proposed at once and Raft batches them. See
-appliance/owner/owner.py for the contract.
+suspended, every other event is held, in order, and handed back once it finishes. The claims of
+one pulse are yielded together, so they are proposed at once and Raft batches them.
+
+``Serial`` is the one object every part of the owner shares (appliance/owner/owner.py composes
+them): the token counter, the effects of the event being handled, the timers, the wall instant,
+the committed-state reader, the version gate and the one suspended decision. It makes no
+scheduling decision itself; it only proposes, waits and reports how a proposal ended.
 """
 
 from __future__ import annotations
 
 import itertools
-from abc import abstractmethod
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any, Protocol, TypeVar
@@ -34,6 +37,7 @@ from appliance.owner.events import (
     ReadBarrier,
     ReplyFailed,
     SetTimer,
+    Tick,
 )
 
 T = TypeVar("T")
@@ -60,18 +64,32 @@ class NotOwner(Exception):
     """This voter is not the acquired owner (or stopped being it)."""
 
 
-class SerialCore:
-    """Tokens, effects, timers and the one suspended decision; the owner builds on it."""
+class Serial:
+    """Tokens, effects, timers and the one suspended decision, shared by the owner's parts."""
 
-    def __init__(self, state: StateReader, time_scale: float, gate: Gate | None = None) -> None:
+    def __init__(
+        self,
+        state: StateReader,
+        time_scale: float,
+        *,
+        gate: Gate | None,
+        strict: bool,
+        lost_leadership: Callable[[str | None], None],
+    ) -> None:
         self.time_scale = time_scale
+        # Strict (the simulator, the tests): an exception inside a decision is a bug and is
+        # raised to the driver. Otherwise (production) it is logged as ``loop_error`` and the
+        # decision is dropped, so one bug does not stop all scheduling.
+        self.strict = strict
         # The version gate (appliance/capabilities.py): why a command kind may not be proposed
         # yet, or None. Without one (tests, a single binary) every kind this binary knows goes.
         self._gate = gate
-        self._read = state.read
+        # Told when a proposal or barrier answers "not the leader": ownership ends at once.
+        self.lost_leadership = lost_leadership
+        self.read = state.read
         self._tokens = itertools.count(1)
         self._out: list[Effect] = []
-        self._wall_s = 0.0
+        self.wall_s = 0.0
         # The serial decision in progress: its continuation, its caller, the answers it awaits.
         self._chain: Chain[Any] | None = None
         self._chain_request: int | None = None
@@ -80,24 +98,61 @@ class SerialCore:
         # Awaited tokens not answered yet: a chain can await a whole burst's proposals, so an
         # answer must not rescan them all.
         self._unanswered: set[int] = set()
-        self._backlog: deque[Event] = deque()
+        self._held: deque[Event] = deque()
         self._timers: dict[int, Callable[[], None]] = {}
-        self._dirty = True  # a commit happened: what may be claimed may have changed
+        self.dirty = True  # a commit happened: what may be claimed may have changed
 
-    @abstractmethod
-    def _handle_now(self, event: Event) -> None:  # the owner's event handling
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
+    # ---- one event's turn --------------------------------------------------------------------
 
-    @abstractmethod
-    def _lose_ownership(self, hint: str | None) -> None:
-        """Provided by ``Owner`` (appliance/owner/owner.py)."""
+    def begin(self, wall_s: float) -> None:
+        """A new event is handed over at wall instant ``wall_s``."""
+        self.wall_s = wall_s
+        self._out = []
 
-    # ---- serial decisions (continuations keyed by token) --------------------------------------
+    def take_effects(self) -> list[Effect]:
+        out, self._out = self._out, []
+        return out
 
-    def _awaits(self, event: Event) -> bool:
+    def emit(self, effect: Effect) -> None:
+        self._out.append(effect)
+
+    def log(self, event: str, **fields: Any) -> None:
+        self._out.append(LogRecord(event, fields))
+
+    def token(self) -> int:
+        """A fresh token (unique per owner) for an effect whose answer the driver echoes."""
+        return next(self._tokens)
+
+    def fail(self, request: int | None, exc: Exception) -> None:
+        """Production's answer to a bug: logged, and the caller waiting on it answered."""
+        self.log("loop_error", error=repr(exc))
+        if request is not None:
+            self._out.append(ReplyFailed(request, repr(exc)))
+
+    # ---- the one suspended decision ----------------------------------------------------------
+
+    @property
+    def suspended(self) -> bool:
+        """A decision waits for its commit (or barrier): every other event is held."""
+        return self._chain is not None
+
+    def awaits(self, event: Event) -> bool:
         return isinstance(event, ProposalDone | BarrierDone) and event.token in self._awaited
 
-    def _deliver(self, event: ProposalDone | BarrierDone) -> None:
+    def hold(self, event: Event) -> None:
+        """Keep ``event`` until the suspended decision finishes; one pending look at the clock
+        is enough."""
+        if isinstance(event, Tick) and self._held and isinstance(self._held[-1], Tick):
+            return
+        self._held.append(event)
+
+    def next_held(self) -> Event | None:
+        """The oldest held event, once no decision is suspended."""
+        if self._chain is None and self._held:
+            return self._held.popleft()
+        return None
+
+    def deliver(self, event: ProposalDone | BarrierDone) -> None:
         self._awaited[event.token] = event.outcome if isinstance(event, ProposalDone) else event
         self._unanswered.discard(event.token)
         if self._unanswered:
@@ -106,7 +161,9 @@ class SerialCore:
         self._awaited, self._awaited_order = {}, []
         self._step(answers)
 
-    def _run(self, chain: Chain[Any], request: int | None = None) -> None:
+    def run(self, chain: Chain[Any], request: int | None = None) -> None:
+        """Start a serial decision; ``request`` is the caller answered ``ReplyFailed`` if it
+        fails (not strict)."""
         self._chain, self._chain_request = chain, request
         self._step(None)
 
@@ -122,9 +179,9 @@ class SerialCore:
             self._chain = self._chain_request = None
             return
         except Exception as exc:  # a bug must not kill scheduling silently
-            self._emit_log("loop_error", error=repr(exc))
-            if self._chain_request is not None:
-                self._out.append(ReplyFailed(self._chain_request, repr(exc)))
+            if self.strict:
+                raise
+            self.fail(self._chain_request, exc)
             self._chain = self._chain_request = None
             return
         self._awaited = {ask.token: None for ask in asks}
@@ -132,14 +189,12 @@ class SerialCore:
         self._unanswered = set(self._awaited)
         self._out.extend(asks)
 
-    def _drain_backlog(self) -> None:
-        while self._chain is None and self._backlog:
-            self._handle_now(self._backlog.popleft())
+    # ---- proposals and barriers --------------------------------------------------------------
 
-    def _proposals(self, commands: list[Any]) -> Chain[list[Outcome]]:
+    def proposals(self, commands: list[Any]) -> Chain[list[Outcome]]:
         """Propose independent commands at once, so Raft batches their appends and fsyncs; the
         raw outcomes in the same order."""
-        gated = [self._gated(c) for c in commands]
+        gated = [self.gated(c) for c in commands]
         asks = tuple(
             Propose(next(self._tokens), c)
             for c, g in zip(commands, gated, strict=True)
@@ -148,44 +203,51 @@ class SerialCore:
         answers = iter((yield asks) if asks else ())
         return [next(answers) if g is None else g for g in gated]
 
-    def _gated(self, command: Any) -> Refused | None:
+    def gated(self, command: Any) -> Refused | None:
         """A definite refusal for a kind some voter cannot apply yet: nothing is proposed."""
-        refusal = self._gate(command_kind(command)) if self._gate is not None else None
+        refusal = self.kind_gated(command_kind(command))
         return None if refusal is None else Refused(NotYetApplicable(refusal))
 
-    def _propose(self, command: Any) -> Chain[Accepted | Refused]:
-        (outcome,) = yield from self._proposals([command])
-        return self._interpret(outcome)
+    def kind_gated(self, kind: str) -> str | None:
+        """Why ``kind`` may not be proposed yet (the version gate), or None."""
+        return self._gate(kind) if self._gate is not None else None
 
-    def _barrier(self) -> Chain[BarrierDone]:
+    def propose(self, command: Any) -> Chain[Accepted | Refused]:
+        (outcome,) = yield from self.proposals([command])
+        return self.interpret(outcome)
+
+    def barrier(self) -> Chain[BarrierDone]:
         (done,) = yield (ReadBarrier(next(self._tokens)),)
         return done  # type: ignore[no-any-return]
 
-    def _interpret(self, outcome: Outcome) -> Accepted | Refused:
+    def interpret(self, outcome: Outcome) -> Accepted | Refused:
         """A proposal's outcome, or NotOwner / Uncertain."""
         if isinstance(outcome, NotLeaderAnswer):
-            self._lose_ownership(outcome.leader_hint)
+            self.lost_leadership(outcome.leader_hint)
             raise NotOwner(outcome.detail or "not the leader")
         if isinstance(outcome, LostAnswer):
             raise Uncertain(f"the proposal was overwritten: {outcome.detail}")
         if isinstance(outcome, FailedAnswer):
             raise Uncertain(outcome.detail)
-        self._dirty = True
+        self.dirty = True
         return outcome
 
-    # ---- small helpers -----------------------------------------------------------------------
+    # ---- time --------------------------------------------------------------------------------
 
-    def _emit_log(self, event: str, **fields: Any) -> None:
-        self._out.append(LogRecord(event, fields))
+    def now_s(self) -> int:
+        return int(self.wall_s)
 
-    def _now_s(self) -> int:
-        return int(self._wall_s)
-
-    def _late_ms(self, due_s: int) -> float:
+    def late_ms(self, due_s: int) -> float:
         """How long after its due instant something happened, in real milliseconds."""
-        return round((self._wall_s - due_s) * 1000 / self.time_scale, 2)
+        return round((self.wall_s - due_s) * 1000 / self.time_scale, 2)
 
-    def _later(self, delay_s: float, fn: Callable[[], None]) -> None:
+    def later(self, delay_s: float, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once ``delay_s`` real seconds have passed (the driver's timer)."""
         token = next(self._tokens)
         self._timers[token] = fn
         self._out.append(SetTimer(token, delay_s))
+
+    def fire(self, token: int) -> None:
+        fn = self._timers.pop(token, None)
+        if fn is not None:
+            fn()

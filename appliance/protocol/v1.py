@@ -18,6 +18,7 @@ to the script as JavaScript numbers (``scheduled.schedule_id`` ...), which are e
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -40,9 +41,11 @@ EXEC_ACCEPTED: Final = "accepted"  # the 202's state
 # The ``state`` of a repeated exec (200) and the ``status`` of an observation.
 STATE_RESERVED: Final = "reserved"
 STATE_FENCED: Final = "fenced"
-EXECUTION_STATUSES: Final = ("running", "completed", "failed", "timed_out", "cancelled", "lost")
+# The statuses an execution ends in, in the order documents and metric labels list them.
+FINISHED_STATUS_ORDER: Final = ("completed", "failed", "timed_out", "cancelled", "lost")
+FINISHED_STATUSES: Final = frozenset(FINISHED_STATUS_ORDER)
+EXECUTION_STATUSES: Final = ("running", *FINISHED_STATUS_ORDER)
 OBSERVED_STATUSES: Final = (STATE_RESERVED, STATE_FENCED, *EXECUTION_STATUSES)
-FINISHED_STATUSES: Final = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
 # Exec refusals (403): this request launched nothing.
 EXEC_REFUSED_CODES: Final = ("binding_mismatch", "grant_expired", "admission_refused", "fenced")
 # Exec stops (503): before anything durable (pool_full, engine_unavailable) or after a fence.
@@ -147,6 +150,18 @@ def invocation_of(text: str, namespace: str) -> Invocation | None:
     if max(schedule_id, occurrence_id, attempt) > ID_MAX:
         return None
     return Invocation(namespace, schedule_id, occurrence_id, attempt)
+
+
+# ---- the payload digest -----------------------------------------------------------------------
+
+
+def payload_sha256(code: str) -> str:
+    """The binding's ``payload_sha256``: SHA-256 of the code's UTF-8, as 64 lowercase hex digits.
+
+    The one digest of a schedule's code: the claim binds it, the worker checks it before it
+    consumes, history and management show it (``code_sha256``). Lone surrogates are passed
+    through rather than refused so a digest can always be shown; a definition never holds one."""
+    return hashlib.sha256(code.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # ---- the binding -------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TextIO
 
-from appliance.quickstart.attempt_report import attempt_report
+from appliance.metrics.attempt_report import attempt_report
 from appliance.runner.worker_client import ObserveResult
 
 QUEUE_LINES_MAX: Final = 256

@@ -3,19 +3,24 @@
 Theory of operation: the first run writes, into the data directory,
 
 - ``credentials.env``: one fresh random token per credential the configs name (admission,
-  cluster, worker, operator, recovery: all distinct), as ``export NAME=value`` lines, mode 0600;
+  cluster, worker, operator, recovery, admin, console: all distinct), as ``export NAME=value``
+  lines, and
+  ``APPLIANCE_MANAGEMENT_ADDR`` (the management listener, kept current when its port moves), so
+  ``. ./credentials.env`` is all ``appliance admin`` needs; mode 0600;
 - ``runner.json``: one voter (``single`` replication: no peers), its admission route, a loopback
-  management listener (operator and recovery credentials), the demo schedule as the initial
-  schedule, and ``remote`` pointing at the worker;
+  management listener (operator and recovery credentials), the loopback web console (its own
+  credential, read-only), the demo schedule as the initial schedule, and ``remote`` pointing at
+  the worker;
 - ``worker.json``: the worker's listener and the voter's admission URL.
 
 Later runs reuse these files, because the voter's cluster port, the worker URL (with its port) and
 the grant expiry are part of the sealed contract the store was created with: they cannot move
 without the store refusing to open. So a sealed port that is taken is a clear error (often: the
-quickstart is already running on this data directory). The admission and management ports are
-per-node settings outside the contract: when one of them is taken, a new free port is chosen, both
-configs are rewritten and the change is reported. A credential missing from the file (for example,
-a data directory written by an older version) is generated; credentials are not sealed either.
+quickstart is already running on this data directory). The admission, management and console
+ports are per-node settings outside the contract: when one of them is taken, a new free port is
+chosen, both configs are rewritten and the change is reported. A credential missing from the file
+(for example, a data directory written by an older version) is generated; credentials are not
+sealed either.
 
 The documents are built by ``appliance.config.loopback`` (shared with ``appliance cluster init``);
 this module owns the data directory: its files, free ports and repairs.
@@ -36,8 +41,12 @@ from typing import Any, Final
 
 from appliance.config.addresses import AddressError, parse_host_port
 from appliance.config.loopback import (
+    ENV_NAMES,
     LOOPBACK,
+    MANAGEMENT_ADDR_ENV,
     admission_url,
+    console_section,
+    env_line,
     fresh_token,
     grant_expiry,
     management_section,
@@ -128,6 +137,11 @@ class Layout:
         return str(self.runner["management"]["addr"])
 
     @property
+    def console_addr(self) -> str | None:
+        console = self.runner.get("console")
+        return None if not isinstance(console, dict) else str(console["addr"])
+
+    @property
     def operator_env(self) -> str:
         return str(self.runner["management"]["bearer_env"])
 
@@ -177,14 +191,16 @@ def _write_json(path: Path, document: dict[str, Any]) -> None:
     write_private(path, json.dumps(document, indent=2) + "\n")
 
 
-def credentials_text(credentials: dict[str, str]) -> str:
+def credentials_text(credentials: dict[str, str], management_addr: str | None = None) -> str:
     lines = [
-        "# The quickstart's credentials, one per role. Private (mode 0600): never share or print.",
-        "# Export one into a shell with, e.g.:",
-        "#   export NAME=\"$(sed -n 's/^export NAME=//p' credentials.env)\"",
+        "# The quickstart's credentials, one per role, and its management listener.",
+        "# Private (mode 0600): never share or print. Load all into a shell with:",
+        "#   . ./credentials.env",
     ]
     # token_urlsafe values are [A-Za-z0-9_-]: safe unquoted in every POSIX shell.
-    lines += [f"export {name}={value}" for name, value in credentials.items()]
+    lines += [env_line(name, value) for name, value in credentials.items()]
+    if management_addr is not None:  # what `appliance admin` reads when no --addr is given
+        lines.append(env_line(MANAGEMENT_ADDR_ENV, management_addr))
     return "\n".join(lines) + "\n"
 
 
@@ -215,12 +231,15 @@ def _read_legacy(path: Path) -> dict[str, str]:
 def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
     """Every credential variable the two configs name, in a stable order."""
     management = runner.get("management") or {}
+    console = runner.get("console") or {}
     names = [
         runner.get("admission_bearer_env"),
         runner.get("cluster_bearer_env"),
         (runner.get("remote") or {}).get("bearer_env"),
         management.get("bearer_env"),
         management.get("recovery_bearer_env"),
+        console.get("bearer_env"),
+        management.get("admin_bearer_env"),
         worker.get("bearer_env"),
         worker.get("admission_bearer_env"),
     ]
@@ -228,7 +247,7 @@ def _names_in(runner: dict[str, Any], worker: dict[str, Any]) -> list[str]:
 
 
 def _new_configs(data_dir: Path, now: datetime) -> tuple[dict[str, Any], dict[str, Any]]:
-    cluster_port, admission_port, worker_port, management_port = free_ports(4)
+    cluster_port, admission_port, worker_port, management_port, console_port = free_ports(5)
     remote = remote_section(
         worker_port, grant_expiry(now), session=SESSION, namespace=NAMESPACE, worker_id=WORKER_ID
     )
@@ -242,6 +261,7 @@ def _new_configs(data_dir: Path, now: datetime) -> tuple[dict[str, Any], dict[st
         schedules=[DEMO_SCHEDULE],
         remote=remote,
     )
+    runner["console"] = console_section(console_port)
     worker = worker_document(
         namespace=NAMESPACE,
         worker_id=WORKER_ID,
@@ -302,6 +322,19 @@ def _move_unsealed_ports(runner: dict[str, Any], worker: dict[str, Any]) -> list
             new = free_ports(1)[0]
             management["addr"] = f"{LOOPBACK}:{new}"
             notes.append(f"management port {port} was taken: moved to {new}")
+        if "admin_bearer_env" not in management:  # a data directory from before issue 35
+            management["admin_bearer_env"] = ENV_NAMES["admin"]
+            notes.append("added the admin credential (renew-grant, amend-*) to runner.json")
+    console = runner.get("console")
+    if console is None:  # a data directory from before the web console (issue 34)
+        runner["console"] = console_section(free_ports(1)[0])
+        notes.append("added the web console to runner.json")
+    else:
+        port = _port_of(console.get("addr"), "console")
+        if not port_is_free(port):
+            new = free_ports(1)[0]
+            console["addr"] = f"{LOOPBACK}:{new}"
+            notes.append(f"console port {port} was taken: moved to {new}")
     return notes
 
 
@@ -353,9 +386,11 @@ def prepare(data_dir: Path, now: datetime) -> Layout:
         missing = RUNNER_FILE if not have[0] else WORKER_FILE
         raise QuickstartError(f"{data_dir} is incomplete: {missing} is missing")
     credentials, credentials_changed = _ensure_credentials(data_dir, _names_in(runner, worker))
-    if credentials_changed:
-        write_private(data_dir / CREDENTIALS_FILE, credentials_text(credentials))
-        if not fresh:
+    text = credentials_text(credentials, str((runner.get("management") or {}).get("addr")))
+    path = data_dir / CREDENTIALS_FILE
+    if credentials_changed or not path.exists() or path.read_text(encoding="utf-8") != text:
+        write_private(path, text)
+        if credentials_changed and not fresh:
             notes.append(f"wrote missing credentials into {CREDENTIALS_FILE}")
     (data_dir / LEGACY_CREDENTIALS_FILE).unlink(missing_ok=True)
     if fresh or notes:

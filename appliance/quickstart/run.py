@@ -15,7 +15,9 @@ Theory of operation, in this order (each step fails closed with a message that s
    management listener, runner loop) starts in this process, its decision log going to
    ``runner.log`` through the ``Console``, which shows outcomes and their output on stdout;
 6. a banner names every address, the credentials file, and the exact shell lines that run
-   ``appliance admin status`` against the management listener; no credential is ever printed.
+   ``appliance admin status`` against the management listener, the web console's URL and a
+   one-time login link (a single-use nonce that expires in 10 minutes, exchanged by POST; never
+   the console credential, and never written to a log); no credential is ever printed.
 
 Shutdown (Ctrl-C, SIGTERM or a fatal Raft error): the voter drains while admission stays up, the
 worker child is terminated and reaped (it reaps its engine children), the store and logs close;
@@ -182,10 +184,9 @@ def banner(
     resumed: bool,
     time_scale: float | None,
     where: str | None = None,
+    console: tuple[str, str] | None = None,
 ) -> str:
     credentials = layout.credentials_path
-    env = layout.operator_env
-    read_token = f"sed -n 's/^export {env}=//p' {shlex.quote(str(credentials))}"
     store = "resumed the store" if resumed else "created a new store"
     lines = [
         f"{PREFIX}: data in {layout.data_dir} ({store})",
@@ -193,14 +194,27 @@ def banner(
         *(f"  note: {note}" for note in layout.notes),
         *([f"  time scale:  {time_scale}x (testing only)"] if time_scale is not None else []),
         f"  voter:       raft {cfg.own_addr} (single voter), admission {cfg.admission_addr}",
-        f"  management:  {layout.management_addr} (loopback only; operator and recovery bearer)",
+        f"  management:  {layout.management_addr} (loopback only; operator, recovery and admin "
+        "bearer)",
         f"  worker:      {cfg.remote.url.url} (pid {worker_pid})",
-        f"  credentials: {credentials} (mode 0600; never printed)",
+        *(
+            [
+                f"  console:     {console[0]} (loopback; the token is "
+                f"{cfg.console.bearer_env if cfg.console else 'console.bearer_env'} in the "
+                "credentials file)",
+                f"  log in:      {console[1]}",
+                "               (one use, within 10 minutes; afterwards log in with the token)",
+            ]
+            if console is not None
+            else []
+        ),
+        f"  credentials: {credentials} (mode 0600; never printed; it also exports "
+        "APPLIANCE_MANAGEMENT_ADDR)",
         f"  logs:        {layout.data_dir / 'runner.log'}, {layout.data_dir / 'worker.log'}",
         "  demo schedule 'hello': every minute (* * * * * UTC), JavaScript that logs a line",
         "  status from another shell:",
-        f'    export {env}="$({read_token})"',
-        f"    {self_command()} admin status --addr {layout.management_addr}",
+        f"    . {shlex.quote(str(credentials))}",
+        f"    {self_command()} admin status",
         '  type {"action":"list"} here for the state; Ctrl-C stops both',
     ]
     return "\n".join(lines)
@@ -287,8 +301,11 @@ def run_quickstart(
             stop.process = process
             if stop.requested.is_set():
                 process.stopping.set()
+            web = process.console
+            # The login link's nonce is printed here, once, and never logged (docs/console.md).
+            console_lines = None if web is None else (web.url, web.login_link())
             print(
-                banner(layout, cfg, worker.proc.pid, resumed, time_scale, where),
+                banner(layout, cfg, worker.proc.pid, resumed, time_scale, where, console_lines),
                 file=stdout,
                 flush=True,
             )

@@ -51,6 +51,15 @@ def check_address(address: str) -> str:
     return address
 
 
+def same_address(a: str, b: str) -> bool:
+    """Two ``host:port`` spellings of one address: host names compare without case (DNS
+    names do), ports as numbers. Names are not resolved (pure): ``localhost`` and ``127.0.0.1``
+    differ here."""
+    host_a, _, port_a = a.rpartition(":")
+    host_b, _, port_b = b.rpartition(":")
+    return host_a.strip("[]").lower() == host_b.strip("[]").lower() and int(port_a) == int(port_b)
+
+
 @dataclass(frozen=True)
 class Membership:
     voters: tuple[str, ...]
@@ -88,14 +97,36 @@ class Membership:
     def address_of(self, node_id: str) -> str | None:
         return dict(self.addresses).get(node_id)
 
-    def with_learner(self, node_id: str, address: str | None = None) -> Membership:
+    def with_learner(
+        self,
+        node_id: str,
+        address: str | None = None,
+        taken: tuple[tuple[str, str], ...] = (),
+    ) -> Membership:
+        """Add ``node_id`` as a learner. Its ``address`` must be its own: not one a member added
+        at run time has, nor one of ``taken`` (the genesis voters' addresses, which config files
+        carry, removed voters included). A second node at a member's address would receive that
+        member's messages, whose certificate (or log) is not its own, and never catch up."""
         check_node_id(node_id)
         if self.is_member(node_id):
             raise ValueError(f"{node_id!r} is already a {self.role_of(node_id)}")
         addresses = self.addresses
         if address is not None:
-            addresses = (*addresses, (node_id, check_address(address)))
+            check_address(address)
+            self._check_address_free(address, taken)
+            addresses = (*addresses, (node_id, address))
         return Membership(self.voters, (*self.learners, node_id), addresses)
+
+    def _check_address_free(self, address: str, taken: tuple[tuple[str, str], ...]) -> None:
+        owners = [(owner, f"a {self.role_of(owner)}") for owner, a in self.addresses]
+        owners += [(owner, "a genesis voter") for owner, _ in taken]
+        known = [*self.addresses, *taken]
+        for (owner, what), (_, other) in zip(owners, known, strict=True):
+            if same_address(address, other):
+                raise ValueError(
+                    f"address: {address} is the cluster address of {owner} ({what}); a new "
+                    "member needs an address of its own (a new port or host)"
+                )
 
     def with_promoted(self, node_id: str) -> Membership:
         if node_id not in self.learners:

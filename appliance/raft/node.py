@@ -159,6 +159,9 @@ class RaftConfig:
     apply_entries_max: int = 256
     reads_pending_max: int = 1024
     snapshot_chunk_bytes: int = 1 * MiB  # one SnapshotChunk's data (never above batch_bytes_max)
+    # The genesis voters' cluster addresses (id, host:port), from the config files: a learner is
+    # never added at one of them (Membership.with_learner).
+    genesis_addresses: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_node_id(self.node_id)
@@ -395,7 +398,8 @@ class RaftNode:
     def add_learner(self, node_id: str, address: str | None = None) -> tuple[int, int]:
         """Append a CONFIG entry adding ``node_id`` (reachable at ``address``, host:port) as a
         learner; returns ``(term, index)`` like ``propose``."""
-        return self._propose_config(lambda m: m.with_learner(node_id, address))
+        taken = self.config.genesis_addresses
+        return self._propose_config(lambda m: m.with_learner(node_id, address, taken))
 
     def promote(self, node_id: str) -> tuple[int, int]:
         """Append a CONFIG entry making the learner ``node_id`` a voter, once it caught up."""

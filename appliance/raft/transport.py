@@ -24,7 +24,11 @@ batch fits the binary framing. A message stamped with another contract digest is
 403 ``contract_mismatch`` and logged at ERROR naming the sender — loudly, but at most once per
 peer per minute (with a count of what was suppressed), so a misconfigured voter retrying every
 heartbeat cannot drown the log while the problem stays visible. Malformed → 400, a message on the
-wrong route or addressed to another node → 400.
+wrong route or addressed to another node → 400. Who may speak (``SenderCheck``, issue 36): under
+TLS a message whose ``sender`` is not the node its client certificate names is 403
+``sender_mismatch``, and a sender that is not a member of the configuration in force is 403
+``not_a_member`` unless Raft needs it heard (appliance/raft/sender_rule.py); a status read needs a
+member's certificate.
 
 Client side (``HttpTransport``): one ``PeerPipeline`` per peer (``peer_pipeline.py``: a bounded
 queue, a sender thread, one request in flight, heartbeats coalesced, contiguous appends merged,
@@ -51,6 +55,7 @@ import falcon
 from appliance.config.credentials import Secret
 from appliance.http import ApiError, ClientError, Response, create_app, read_body
 from appliance.http.peer_connection import PeerConnection
+from appliance.http.tls import TLS_PEER_ID_ENV
 from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
 from appliance.raft.errors import CodecError, DigestMismatch
 from appliance.raft.messages import (
@@ -148,6 +153,56 @@ def mismatch_log(clock: Clock = time.monotonic) -> RateLimitedLog:
 # -- server side ---------------------------------------------------------------------------------
 
 
+class SenderCheck:
+    """Who may speak (issue 36): under TLS a message's ``sender`` must be the node id its client
+    certificate names (``identity_required``: the listener has TLS, so every request carries
+    one); ``refusal(message)`` then says why a sender is not taken (appliance/raft/sender_rule.py:
+    not a member of the configuration in force), and ``is_member(node_id)`` gates status reads.
+    Refusals are 403 and logged at WARNING, at most once per sender and reason per minute."""
+
+    def __init__(
+        self,
+        *,
+        identity_required: bool,
+        refusal: Callable[[Message], str | None] | None = None,
+        is_member: Callable[[str], bool] | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.identity_required = identity_required
+        self._refusal = refusal
+        self._is_member = is_member
+        self._log = RateLimitedLog(logging.WARNING, MISMATCH_LOG_INTERVAL_S, clock)
+
+    def message(self, req: falcon.Request, message: Message) -> None:
+        peer = req.env.get(TLS_PEER_ID_ENV)
+        if (self.identity_required or peer is not None) and peer != message.sender:
+            self._refuse(
+                "sender_mismatch",
+                f"a {type(message).__name__} says it is from {message.sender!r}, but the client "
+                f"certificate names {peer!r}: a node speaks only for itself",
+                key=f"{peer}->{message.sender}",
+            )
+        why = self._refusal(message) if self._refusal is not None else None
+        if why is not None:
+            self._refuse("not_a_member", why, key=f"member:{message.sender}")
+
+    def status(self, req: falcon.Request) -> None:
+        peer = req.env.get(TLS_PEER_ID_ENV)
+        if not self.identity_required or self._is_member is None:
+            return
+        if peer is None or not self._is_member(peer):
+            self._refuse(
+                "not_a_member",
+                f"{peer!r} is not a voter or learner of this node's configuration: the status "
+                "route answers members only",
+                key=f"status:{peer}",
+            )
+
+    def _refuse(self, code: str, why: str, *, key: str) -> None:
+        self._log.report(key, f"REFUSED on the cluster port ({code}): {why}")
+        raise ApiError(403, code, why)
+
+
 class _MessageResource:
     def __init__(
         self,
@@ -158,6 +213,7 @@ class _MessageResource:
         mismatches: RateLimitedLog,
         deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
         reply_wait_s: float,
+        senders: SenderCheck | None,
     ) -> None:
         self._kinds = kinds
         self._node_id = node_id
@@ -166,6 +222,7 @@ class _MessageResource:
         self._mismatches = mismatches
         self._deliver_with_reply = deliver_with_reply
         self._reply_wait_s = reply_wait_s
+        self._senders = senders
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         body = read_body(req, BODY_BYTES_MAX)
@@ -183,6 +240,8 @@ class _MessageResource:
             raise ApiError(400, "wrong_route", f"{type(message).__name__} does not go here")
         if message.to != self._node_id:
             raise ApiError(400, "misrouted", f"message for {message.to!r} sent to {self._node_id}")
+        if self._senders is not None:
+            self._senders.message(req, message)
         if self._deliver_with_reply is not None and isinstance(message, QUESTION_KINDS):
             slot = ReplySlot(message.sender)
             self._deliver_with_reply(message, slot)
@@ -201,10 +260,15 @@ class _MessageResource:
 
 
 class _StatusResource:
-    def __init__(self, status: Callable[[], Mapping[str, Any]]) -> None:
+    def __init__(
+        self, status: Callable[[], Mapping[str, Any]], senders: SenderCheck | None
+    ) -> None:
         self._status = status
+        self._senders = senders
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
+        if self._senders is not None:
+            self._senders.status(req)
         resp.media = dict(self._status())
 
 
@@ -218,25 +282,27 @@ def create_raft_app(
     mismatches: RateLimitedLog | None = None,
     deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
     reply_wait_s: float = REPLY_WAIT_S,
+    senders: SenderCheck | None = None,
 ) -> falcon.App:
     """The cluster-port WSGI app. ``credentials`` maps every role this process knows to its
     token (so they can be told apart in the audit log); only the ``cluster`` role is accepted.
 
     With ``deliver_with_reply`` (the driver's ``deliver``), votes, appends and heartbeats wait
-    for their answer and return it in the response; without it every message gets ``202``."""
+    for their answer and return it in the response; without it every message gets ``202``.
+    ``senders``: who may speak (``SenderCheck``); None takes every message the bearer admits."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
     refused = mismatches or mismatch_log()
 
     def resource(kinds: tuple[type, ...]) -> _MessageResource:
         return _MessageResource(
-            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s
+            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s, senders
         )
 
     routes = {
         APPEND_PATH: resource(APPEND_KINDS),
         VOTE_PATH: resource(VOTE_KINDS),
-        STATUS_PATH: _StatusResource(status),
+        STATUS_PATH: _StatusResource(status, senders),
     }
     return create_app(
         routes=routes,

@@ -32,19 +32,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from appliance.raft.driver import DriverStopped, Overloaded, ProposalLost
-from appliance.raft.errors import NotLeader
+from appliance.replication.errors import (
+    NotLeader,
+    Overloaded,
+    ProposalLost,
+    ProposalRefused,
+    ReplicationStopped,
+)
 
 ApplyHook = Callable[[int, bytes], Any]
 
 __all__ = [
     "ApplyHook",
-    "DriverStopped",
     "Leadership",
     "NotLeader",
     "Overloaded",
     "ProposalLost",
+    "ProposalRefused",
     "Replication",
+    "ReplicationStopped",
 ]
 
 

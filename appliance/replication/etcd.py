@@ -61,13 +61,12 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from appliance.raft.errors import ProposalRefused
-from appliance.replication.base import (
-    ApplyHook,
-    DriverStopped,
-    Leadership,
+from appliance.replication.base import ApplyHook, Leadership
+from appliance.replication.errors import (
     NotLeader,
     Overloaded,
+    ProposalRefused,
+    ReplicationStopped,
 )
 from appliance.replication.etcd_gateway import (
     Compare,
@@ -245,7 +244,7 @@ class EtcdReplication:
             self._waiters.clear()
             self._cond.notify_all()
         for proposal in doomed:
-            _fail(proposal.future, DriverStopped("the etcd replication stopped"))
+            _fail(proposal.future, ReplicationStopped("the etcd replication stopped"))
         if tenure is not None:
             self._revoke(tenure)  # hand over at once instead of after the TTL
         if self._started:
@@ -277,7 +276,7 @@ class EtcdReplication:
 
     def propose(self, command: bytes, *, timeout_s: float) -> Any:
         if self._stopped.is_set():
-            raise DriverStopped("the etcd replication is stopped")
+            raise ReplicationStopped("the etcd replication is stopped")
         if not self.is_leader():
             raise NotLeader(self._leadership.leader_id)
         if len(command) > COMMAND_BYTES_MAX:

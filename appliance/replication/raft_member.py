@@ -29,10 +29,15 @@ from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, create_raft_app, host_port
+from appliance.raft.transport import HttpTransport, SenderCheck, create_raft_app, host_port
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
-from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
+from appliance.replication.voter_capabilities import (
+    REFRESH_CONNECT_TIMEOUT_MS,
+    REFRESH_READ_TIMEOUT_MS,
+    REMEMBERED_FILE,
+    VoterCapabilities,
+)
 
 
 class RaftMember:
@@ -84,6 +89,7 @@ class RaftMember:
                 snapshot_bytes=cfg.raft.snapshot_bytes,
             ),
             restore=restore,
+            genesis_addresses={node_id: str(addr) for node_id, addr in voters.items()},
         )
         # Every credential this voter knows (a fleet worker's own too), by role.
         known = credentials.known_roles()
@@ -100,6 +106,12 @@ class RaftMember:
             scheme="http" if tls_context is None else "https",
             members=lambda: configured_members(self.replication.status(), peers),
             remembered=Path(cfg.data_dir) / REMEMBERED_FILE,
+            learners=lambda: configured_learners(self.replication.status()),
+            quick_client=HttpClient(
+                connect_timeout_ms=REFRESH_CONNECT_TIMEOUT_MS,
+                read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
+                ssl_context=tls_context,
+            ),
         )
         app = create_raft_app(
             node_id=cfg.node_id,
@@ -108,6 +120,14 @@ class RaftMember:
             status=self.status,
             credentials=known,
             deliver_with_reply=self.replication.deliver,
+            # Who may speak (issue 36): the certificate's node, a member of the configuration
+            # in force (or what Raft needs from a newer one); without TLS no certificate names a
+            # sender, and the membership rule still applies to the sender a message states.
+            senders=SenderCheck(
+                identity_required=cfg.tls is not None,
+                refusal=self.replication.sender_refusal,
+                is_member=self.replication.is_member,
+            ),
         )
         if self.transport is not None:
             self.transport.receive_answers(self.replication.deliver)
@@ -122,8 +142,9 @@ class RaftMember:
             # two more leave room for members added at run time.
             threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
-            # Any member's certificate from the cluster CA, genesis or added at run time (the
-            # contract digest and the cluster bearer still gate every message).
+            # A certificate of the cluster CA naming one node id, genesis or added at run time;
+            # each request then holds the sender to that id and to the configuration in force
+            # (SenderCheck above), which the handshake cannot know.
             peer_check=cluster_peer_check() if cfg.tls is not None else None,
         )
 
@@ -162,3 +183,11 @@ def configured_members(
     addresses = {**genesis_peers, **dict(configuration.get("addresses") or {})}
     members = [*configuration.get("voters", ()), *configuration.get("learners", ())]
     return {member: addresses.get(member, "") for member in members}
+
+
+def configured_learners(status: Mapping[str, Any]) -> tuple[str, ...]:
+    """The learners of the configuration in force (none when the status has no configuration)."""
+    configuration = status.get("configuration")
+    if not isinstance(configuration, Mapping):
+        return ()
+    return tuple(configuration.get("learners") or ())

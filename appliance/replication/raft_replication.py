@@ -15,17 +15,21 @@ snapshot tells it the configuration in force.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
+from appliance.raft import driver as raft_driver
+from appliance.raft import errors as raft_errors
 from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RaftDriver, RestoreHook, Transport
 from appliance.raft.messages import Message
 from appliance.raft.node import RaftConfig, RaftNode, Role, SoftState
 from appliance.raft.reply_slot import ReplySlot
+from appliance.raft.sender_rule import sender_refusal
 from appliance.raft.storage import LogStorage
+from appliance.replication import errors
 from appliance.replication.base import ApplyHook, Leadership
 
 
@@ -55,11 +59,15 @@ class RaftReplication:
         peer_gone: Callable[[str], bool] | None = None,
         compaction: CompactionPolicy | None = None,
         restore: RestoreHook | None = None,
+        genesis_addresses: Mapping[str, str] | None = None,
     ) -> None:
+        """``genesis_addresses``: each genesis voter's cluster address (host:port, this node's
+        own included), so that no learner is added at one of them."""
         config = RaftConfig(
             node_id=node_id,
             voters=tuple(voters),
             learners=tuple(learners),
+            genesis_addresses=tuple(sorted((genesis_addresses or {}).items())),
             heartbeat_ticks=1,
             election_ticks_min=max(2, election_timeout_min_ms // heartbeat_ms),
             election_ticks_max=max(2, election_timeout_max_ms // heartbeat_ms),
@@ -94,24 +102,34 @@ class RaftReplication:
         self.driver.deliver(message, reply)
 
     def propose(self, command: bytes, *, timeout_s: float) -> Any:
-        return _wait(self.driver.propose(command), timeout_s, "proposal")
+        return _wait(lambda: self.driver.propose(command), timeout_s, "proposal")
 
     def read_barrier(self, *, timeout_s: float) -> int:
-        return int(_wait(self.driver.read_barrier(), timeout_s, "read barrier"))
+        return int(_wait(self.driver.read_barrier, timeout_s, "read barrier"))
 
     def add_learner(self, node_id: str, address: str, *, timeout_s: float) -> None:
         """Leader only: ``node_id`` (cluster listener at ``address``) joins as a learner.
         Raises ``NotLeader``, ``ProposalRefused`` (the reason named), or ``TimeoutError``."""
-        _wait(self.driver.add_learner(node_id, address), timeout_s, "configuration change")
+        _wait(lambda: self.driver.add_learner(node_id, address), timeout_s, "configuration change")
 
     def promote(self, node_id: str, *, timeout_s: float) -> None:
         """Leader only: the learner ``node_id`` becomes a voter (refused until caught up)."""
-        _wait(self.driver.promote(node_id), timeout_s, "configuration change")
+        _wait(lambda: self.driver.promote(node_id), timeout_s, "configuration change")
 
     def remove(self, node_id: str, *, timeout_s: float) -> None:
         """Leader only: remove a voter (this leader too: it hands over once committed) or a
         learner."""
-        _wait(self.driver.remove(node_id), timeout_s, "configuration change")
+        _wait(lambda: self.driver.remove(node_id), timeout_s, "configuration change")
+
+    def sender_refusal(self, message: Message) -> str | None:
+        """Why the cluster listener must not take ``message`` from its sender (None: take it):
+        appliance/raft/sender_rule.py over the configuration in force and the current term."""
+        status = self.driver.status()
+        return sender_refusal(message, _members(status.configuration), status.term)
+
+    def is_member(self, node_id: str) -> bool:
+        """``node_id`` is a voter or learner of the configuration in force here."""
+        return node_id in _members(self.driver.status().configuration)
 
     def is_leader(self) -> bool:
         return self._leadership.is_leader
@@ -140,8 +158,32 @@ def single(
     )
 
 
-def _wait(future: Future[Any], timeout_s: float, what: str) -> Any:
+def _members(configuration: Mapping[str, Any] | None) -> frozenset[str]:
+    if not configuration:
+        return frozenset()
+    return frozenset((*configuration.get("voters", ()), *configuration.get("learners", ())))
+
+
+def _wait(start: Callable[[], Future[Any]], timeout_s: float, what: str) -> Any:
+    """Start a driver call and wait for its outcome, in the interface's own errors."""
     try:
-        return future.result(timeout=timeout_s)
+        return start().result(timeout=timeout_s)
     except FutureTimeout:
         raise TimeoutError(f"{what} outcome unknown after {timeout_s} s") from None
+    except raft_errors.RaftError as exc:
+        raise _translated(exc) from exc
+
+
+def _translated(exc: raft_errors.RaftError) -> Exception:
+    """The replication interface's error for one of the Raft package's (errors.py says why)."""
+    if isinstance(exc, raft_errors.NotLeader):
+        return errors.NotLeader(exc.leader_hint, str(exc))
+    if isinstance(exc, raft_errors.ProposalRefused | raft_errors.ReadRefused):
+        return errors.ProposalRefused(str(exc))
+    if isinstance(exc, raft_driver.ProposalLost):
+        return errors.ProposalLost(str(exc))
+    if isinstance(exc, raft_driver.Overloaded):
+        return errors.Overloaded(str(exc))
+    if isinstance(exc, raft_driver.DriverStopped):
+        return errors.ReplicationStopped(str(exc))
+    return exc  # an invariant or usage error: a bug, raised as it is

@@ -8,7 +8,18 @@ proposal path never waits for the network.
 
 Who is asked: every member of the configuration in force other than this node (voters and
 learners — a learner applies every entry too), from ``members()``; without it, the genesis peers.
-A member removed from the configuration is no longer asked nor waited for.
+A member removed from the configuration is no longer asked nor waited for. ``learners()`` says
+which members are learners: one that has never reported is left out of the gate (issue 36;
+``capabilities.gate_refusal``), so learners added and never started cannot hold back every newer
+command; ``report_of(learner, ask=True)`` asks one directly for ``promote_voter``.
+
+When (issue 36: right after a fresh start the gate refused new kinds for seconds, "no report
+yet" from voters that were up): the poll thread asks at start, then every ``UNREPORTED_POLL_S``
+while a voter with an address has not reported, and every ``poll_s`` once all have; a refusal
+that names a voter without a report wakes it. ``refresh()`` asks the voters without a report on
+the caller's thread (an operator command's, before it reaches the owner), with short timeouts and
+at most once per ``REFRESH_INTERVAL_S`` each: so a healthy cluster accepts new kinds as soon as it
+has an owner, and a voter that is down costs a refused connection, not a wait.
 
 What is remembered: a peer that cannot be reached keeps its last report, and the last reports are
 kept in ``remembered`` (a 0600 file in the data_dir), so an owner restarted while a peer is down
@@ -27,7 +38,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -44,6 +56,10 @@ from appliance.store.sqlite import fsync_dir
 log = logging.getLogger("appliance.replication.capabilities")
 
 POLL_S: Final = 5.0
+UNREPORTED_POLL_S: Final = 0.25  # while a member with an address has never answered
+REFRESH_INTERVAL_S: Final = 1.0  # a caller's refresh asks each member at most this often
+REFRESH_CONNECT_TIMEOUT_MS: Final = 300
+REFRESH_READ_TIMEOUT_MS: Final = 1_000
 STATUS_PATH: Final = "/raft/v1/status"
 REPORT_BYTES_MAX: Final = 64 * 1024
 REMEMBERED_FILE: Final = "voter-reports.json"
@@ -63,19 +79,34 @@ class VoterCapabilities:
         poll_s: float = POLL_S,
         members: Callable[[], Mapping[str, str]] | None = None,
         remembered: Path | None = None,
+        learners: Callable[[], Collection[str]] | None = None,
+        quick_client: HttpClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``quick_client``: for ``refresh`` and ``report_of`` on a caller's thread (short
+        timeouts; give it the same TLS context as ``client``)."""
         self._node_id = node_id
         genesis = dict(peers)
         self._members = members or (lambda: genesis)
+        self._learners = learners or (lambda: ())
         self._token = cluster_token
         self._client = client or HttpClient(connect_timeout_ms=1_000, read_timeout_ms=2_000)
+        self._quick = quick_client or HttpClient(
+            connect_timeout_ms=REFRESH_CONNECT_TIMEOUT_MS,
+            read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
+        )
         self._scheme = scheme
         self._poll_s = poll_s
         self._remembered = remembered
+        self._clock = clock
         self._lock = threading.Lock()
+        self._save_lock = threading.Lock()  # the poll thread and a caller's refresh both save
         self._reports: dict[str, Capabilities] = self._load()
         self._reports[node_id] = local_capabilities()
+        self._asked_s: dict[str, float] = {}  # member -> when a caller's refresh last asked it
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self.polls = 0  # completed poll rounds (tests wait on it)
         self._thread = threading.Thread(target=self._run, name="voter-capabilities", daemon=True)
 
     @property
@@ -88,9 +119,11 @@ class VoterCapabilities:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(5.0)
         self._client.close()
+        self._quick.close()
 
     def reports(self) -> dict[str, Capabilities | None]:
         """The last report of every member (None: never heard from)."""
@@ -98,29 +131,83 @@ class VoterCapabilities:
             return {member: self._reports.get(member) for member in self.voters}
 
     def refusal(self, kind: str) -> str | None:
-        """Why ``kind`` may not be proposed yet (None: every member can apply it)."""
-        return gate_refusal(kind, self.voters, self.reports())
+        """Why ``kind`` may not be proposed yet (None: every member can apply it). No I/O: a
+        refusal that waits for a voter's first report wakes the poll thread instead."""
+        learners = frozenset(self._learners())
+        reports = self.reports()
+        refusal = gate_refusal(kind, self.voters, reports, learners=learners)
+        if refusal is not None and any(
+            report is None and member not in learners for member, report in reports.items()
+        ):
+            self._wake.set()
+        return refusal
+
+    def refresh(self) -> None:
+        """Ask, on the caller's thread, each voter of the configuration that has not reported
+        (not learners: one without a report is left out of the gate anyway), at most once per
+        ``REFRESH_INTERVAL_S`` each; short timeouts, so a voter that is down costs little."""
+        learners = frozenset(self._learners())
+        for member, address in self._members().items():
+            if member == self._node_id or not address or member in learners:
+                continue
+            with self._lock:
+                if member in self._reports:
+                    continue
+                now_s = self._clock()
+                if now_s - self._asked_s.get(member, float("-inf")) < REFRESH_INTERVAL_S:
+                    continue
+                self._asked_s[member] = now_s
+            self._take(member, self._ask(member, address, self._quick))
+
+    def report_of(self, member: str, *, ask: bool = False) -> Capabilities | None:
+        """``member``'s report; with ``ask``, asked now on the caller's thread (the last one
+        stands if it cannot be reached)."""
+        address = self._members().get(member, "")
+        if ask and address and member != self._node_id:
+            self._take(member, self._ask(member, address, self._quick))
+        with self._lock:
+            return self._reports.get(member)
 
     def poll_once(self) -> None:
         changed = False
         for peer, address in self._members().items():
             if peer == self._node_id or not address:
                 continue
-            report = self._ask(peer, address)
-            if report is None:
-                continue
-            with self._lock:
-                if self._reports.get(peer) == report:
-                    continue
-                self._reports[peer] = report
-            changed = True
-            log.info("voter %s runs binary %s", peer, report.binary)
+            changed = (
+                self._take(peer, self._ask(peer, address, self._client), save=False) or changed
+            )
         if changed:
             self._save()
+        self.polls += 1
 
-    def _ask(self, peer: str, address: str) -> Capabilities | None:
+    def _take(self, peer: str, report: Capabilities | None, *, save: bool = True) -> bool:
+        """Keep ``report`` as ``peer``'s; True if it changed what is known."""
+        if report is None:
+            return False
+        with self._lock:
+            if self._reports.get(peer) == report:
+                return False
+            self._reports[peer] = report
+        log.info("voter %s runs binary %s", peer, report.binary)
+        if save:
+            self._save()
+        return True
+
+    def _unreported(self) -> bool:
+        """A voter that has an address has never answered (a learner that has not is left out
+        of the gate, so it is asked at the usual interval)."""
+        members = self._members()
+        learners = frozenset(self._learners())
+        with self._lock:
+            return any(
+                address and member not in self._reports
+                for member, address in members.items()
+                if member != self._node_id and member not in learners
+            )
+
+    def _ask(self, peer: str, address: str, client: HttpClient) -> Capabilities | None:
         try:
-            answer = self._client.get(
+            answer = client.get(
                 f"{self._scheme}://{address}{STATUS_PATH}",
                 bearer=self._token,
                 response_bytes_max=REPORT_BYTES_MAX,
@@ -139,7 +226,9 @@ class VoterCapabilities:
     def _run(self) -> None:
         while not self._stop.is_set():
             self.poll_once()
-            self._stop.wait(self._poll_s)
+            interval_s = UNREPORTED_POLL_S if self._unreported() else self._poll_s
+            self._wake.wait(interval_s)
+            self._wake.clear()
 
     # ---- the remembered reports ------------------------------------------------------------
 
@@ -164,6 +253,10 @@ class VoterCapabilities:
             return {}
 
     def _save(self) -> None:
+        with self._save_lock:
+            self._save_now()
+
+    def _save_now(self) -> None:
         path = self._remembered
         if path is None:
             return

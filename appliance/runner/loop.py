@@ -16,6 +16,11 @@ The loop thread never blocks on Raft or the worker: a proposal, a barrier or a w
 on a pool and its answer comes back through the queue, where the owner continues the decision
 that waited for it. This module builds no core command: it proposes only what an owner
 ``Propose`` effect carries (tests/runner/test_driver.py checks).
+
+An exception out of the owner is a bug. In production (``strict=False``) it is logged as
+``loop_error``, the caller waiting on that event is failed, and the loop goes on; under
+``strict=True`` (the tests) the loop also stops, keeps the exception in ``failure`` and re-raises
+it on its thread, so the test sees it instead of a log line nobody reads.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Any, Final
 from appliance.clock import RunnerClock
 from appliance.commands.operator import MUTATIONS, OperatorCommand, error_reply
 from appliance.config.runner import RunnerConfig
+from appliance.metrics.feed import ChangeFeed
 from appliance.owner import ownership
 from appliance.owner.applied import Accepted, Refused
 from appliance.owner.events import (
@@ -67,7 +73,10 @@ from appliance.owner.events import (
 from appliance.owner.owner import OBSERVE_GRACE_S, UNKNOWN_POLL_S, Owner
 from appliance.owner.requests import list_reply
 from appliance.owner.serial import Gate
-from appliance.replication.base import Leadership, NotLeader, ProposalLost
+from appliance.protocol import v1
+from appliance.replication.base import Leadership
+from appliance.replication.errors import NotLeader, ProposalLost
+from appliance.runner.code_check import code_refusal
 from appliance.runner.logs import DecisionLog
 from appliance.runner.machine import Machine, encode_command
 from appliance.runner.membership_commands import (
@@ -143,21 +152,37 @@ class Runner:
         log: DecisionLog,
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
+        gate_refresh: Callable[[], None] | None = None,
+        promotion_check: Callable[[str], str | None] | None = None,
+        strict: bool = False,
         check_env: Callable[[str], str | None] | None = None,
     ) -> None:
+        """``gate_refresh``: asks the voters the version gate has no report from yet, on an
+        operator command's thread before the command reaches the owner (issue 36);
+        ``promotion_check(learner)``: why ``promote_voter`` must wait (None: it may go)."""
+        self._gate_refresh = gate_refresh
+        self._promotion_check = promotion_check
         self.cfg = cfg
+        # Strict (tests): an exception inside the owner or this loop stops the loop and is kept
+        # in ``failure``; otherwise (production) it is logged as ``loop_error`` and the loop
+        # goes on.
+        self.strict = strict
+        self.failure: BaseException | None = None
         self.node_id = cfg.node_id
         self.machine = machine
         self.replication = replication
         self.worker = worker
         self.clock = clock
         self.log = log
+        # The committed changes this voter applied, for watch and follow (metrics/feed.py).
+        self.changes = ChangeFeed(machine) if hasattr(machine, "on_changes") else None
         self.owner = Owner(
             cfg=cfg,
             state=machine,
             time_scale=clock.time_scale,
             unknown_poll_s=unknown_poll_s,
             gate=gate,
+            strict=strict,
             check_env=check_env,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
@@ -229,9 +254,18 @@ class Runner:
         """Run one operator command on the loop; one JSON-able reply. A membership change is a
         Raft entry, not a Machine command: it goes to the replication directly, from here."""
         if command.action in MEMBERSHIP_ACTIONS:
+            refusal = self._promotion_refusal(command)
+            if refusal is not None:
+                self.log.emit("membership_refused", action=command.action, reason=refusal)
+                return error_reply(400, "refused", f"{command.action}: {refusal}")
             return membership_reply(self.replication, command, self.log)
         if command.action == "list":
             return self._list()
+        refused = code_refusal(command)  # V8 parses the code first; nothing runs (issue 35)
+        if refused is not None:
+            return refused
+        if command.action in MUTATIONS and self._gate_refresh is not None:
+            self._refresh_gate()
         try:
             reply: dict[str, Any] = self._call(
                 lambda r: OperatorRequest(r, command), REPLY_TIMEOUT_S
@@ -248,6 +282,24 @@ class Runner:
                 reply.setdefault("error", {})["member_status"] = seen["member_status"]
         return reply
 
+    def _promotion_refusal(self, command: OperatorCommand) -> str | None:
+        """A learner becomes a voter only once it reported a binary that applies every kind the
+        log committed (it was left out of the gate until it reported; docs/raft.md)."""
+        if command.action != "promote_voter" or self._promotion_check is None:
+            return None
+        configuration = configuration_view(self.replication).get("configuration") or {}
+        if command.args["id"] not in (configuration.get("learners") or ()):
+            return None  # not a learner: the Raft leader says why
+        return self._promotion_check(command.args["id"])
+
+    def _refresh_gate(self) -> None:
+        refresh = self._gate_refresh
+        try:
+            if refresh is not None:
+                refresh()
+        except Exception as exc:  # only the gate's freshness depends on it
+            self.log.emit("gate_refresh_failed", error=repr(exc))
+
     def _list(self) -> dict[str, Any]:
         """``list`` is this voter's local view, which needs nothing of the owner: it is answered
         on the caller's thread, with only references taken under the machine lock. Rendering
@@ -262,15 +314,16 @@ class Runner:
     def admit(
         self, binding: dict[str, Any], incarnation: str, caller: str | None = None
     ) -> tuple[int, dict[str, Any]]:
-        """The admission route's call: (HTTP status, body without the protocol field).
-        ``caller``: the fleet worker whose own admission credential was presented (issue 33)."""
+        """The admission route's call: (HTTP status, body); an error body is the protocol's
+        error document (``v1.error_document``). ``caller``: the fleet worker whose own admission
+        credential was presented (issue 33)."""
         try:
             return self._call(  # type: ignore[no-any-return]
                 lambda r: AdmissionRequest(r, binding, incarnation, caller),
                 ADMIT_REPLY_TIMEOUT_S,
             )
         except Exception:  # a timeout, or a failure inside the loop: a permit may exist
-            return 503, {"error": {"code": "uncertain", "message": "no answer in time"}}
+            return 503, v1.error_document(v1.ADMIT_UNCERTAIN_CODE, "no answer in time")
 
     def drain_and_stop(self, drain_s: float) -> None:
         """Stop scheduling; keep answering admissions while observation and cancellation finish
@@ -336,6 +389,14 @@ class Runner:
             request = getattr(event, "request", None)
             if isinstance(request, int):
                 self._fail(request, repr(exc))
+            if self.strict:  # a bug is a bug: the loop stops and the test sees ``failure``
+                self.failure = exc
+                self._stopped.set()
+                with self._requests_lock:  # no one waits for a loop that stopped
+                    waiting = list(self._requests)
+                for pending in waiting:
+                    self._fail(pending, f"the runner loop stopped: {exc!r}")
+                raise
             return
         for effect in effects:
             self._carry_out(effect)

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from appliance.capabilities import BINARY_VERSION, command_kinds
@@ -37,6 +38,8 @@ from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
 from appliance.owner.applied import Accepted, NotYetApplicable, Refused
 from appliance.runner.checkpoint_writer import CheckpointWriter
+from appliance.runner.committed_kinds import FILE_NAME as COMMITTED_KINDS_FILE
+from appliance.runner.committed_kinds import CommittedKinds
 from appliance.store.runner_store import RunnerStore
 from appliance.store.versions import (
     READER_VERSION_AMENDED,
@@ -47,6 +50,8 @@ from appliance.store.versions import (
 )
 
 T = TypeVar("T")
+# (index, command, parts written, parts deleted), after every apply
+ChangeListener = Callable[[int, Any, Iterable[str], Iterable[str]], None]
 RESTORE_FLUSH_S = 30.0  # the writer's queue is at most 1,024 transitions
 
 __all__ = [
@@ -112,10 +117,24 @@ class Machine:
         # and a restart after any transition can decode it.
         self._checkpoint_complete = bool(parts)
         self._listeners: list[Callable[[int, Any, Accepted | Refused], None]] = []
+        self._change_listeners: list[ChangeListener] = []
+        # What promote_voter asks a learner to apply (issue 36): the kinds the log committed.
+        self.committed_kinds = CommittedKinds(
+            None if store is None else Path(store.path).parent / COMMITTED_KINDS_FILE,
+            fresh_store=applied == 0 and not parts,
+            known=self._known_kinds,
+        )
 
     def on_applied(self, listener: Callable[[int, Any, Accepted | Refused], None]) -> None:
         """``listener(index, command, result)`` after every apply, on the applying thread."""
         self._listeners.append(listener)
+
+    def on_changes(self, listener: ChangeListener) -> None:
+        """``listener(index, command, written, deleted)`` after every apply, on the applying
+        thread: the checkpoint parts the entry wrote and deleted (both empty for a refusal;
+        every part for the first transition of a fresh store). The change feed reads them
+        (appliance/metrics/feed.py)."""
+        self._change_listeners.append(listener)
 
     def apply(self, index: int, data: bytes) -> Accepted | Refused:
         value = json.loads(data)
@@ -125,8 +144,11 @@ class Machine:
         with self.lock:
             try:
                 command = core.command_from_json(value)
+                self.committed_kinds.note(core.command_kind(command))
                 applied = core.apply(self.state, command)
             except CoreError as err:
+                if isinstance(kind, str):  # refused, or not even decoded: still committed
+                    self.committed_kinds.note(kind)
                 command = None
                 result: Accepted | Refused = Refused(err)
                 upserts: dict[str, bytes] = {}
@@ -143,6 +165,8 @@ class Machine:
             self._writer.put(index, upserts, deletes, reader_version)
         for listener in self._listeners:
             listener(index, command, result)
+        for changes in self._change_listeners:
+            changes(index, command, upserts.keys(), deletes)
         return result
 
     def _reader_version(self) -> int | None:
@@ -171,6 +195,7 @@ class Machine:
         if self._writer is not None and not self._writer.flush(RESTORE_FLUSH_S):
             raise RuntimeError("the checkpoint writer did not finish before a snapshot install")
         install()
+        self.committed_kinds.prefix_unknown()
         with self.lock:
             if self._store is None:
                 raise RuntimeError("a snapshot install needs a store")

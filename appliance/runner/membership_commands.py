@@ -26,8 +26,7 @@ from typing import Any, Final
 
 from appliance.commands.operator import OperatorCommand, error_reply
 from appliance.commands.table import COMMANDS, MEMBERSHIP_ACTIONS
-from appliance.raft.driver import Overloaded
-from appliance.raft.errors import NotLeader, ProposalRefused
+from appliance.replication.errors import NotLeader, Overloaded, ProposalRefused
 
 __all__ = ["MEMBERSHIP_ACTIONS", "configuration_view", "membership_reply"]
 

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TextIO
 
+from appliance.capabilities import promotion_refusal
 from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
 from appliance.commands.operator import OperatorError, parse_operator
 from appliance.config.addresses import HostPort
@@ -164,6 +165,8 @@ class RunnerProcess:
             clock=clock,
             log=DecisionLogTee(log, self.metrics),
             gate=self.member.capabilities.refusal,
+            gate_refresh=self.member.capabilities.refresh,
+            promotion_check=self._promotion_refusal,
             # add_worker names credential variables every voter must hold (owner/fleet_args.py).
             check_env=lambda name: credential_problem(name, environ, credentials.known_roles()),
         )
@@ -190,6 +193,23 @@ class RunnerProcess:
                 store=store,
                 limits=lambda: self.machine.read(lambda st: st.limits),  # amend_limits
             )
+        self.console: Any = None
+        if cfg.console is not None:  # extension (issue 34): the web console
+            from appliance.console import ConsoleService
+
+            self.console = ConsoleService(
+                cfg,
+                credentials,
+                self.runner,
+                observability=None if self.management is None else self.management.observability,
+                store=store,
+            )
+
+    def _promotion_refusal(self, learner: str) -> str | None:
+        """Why ``learner`` may not be promoted yet: it is asked for its report now, which must
+        name every kind the log committed (appliance/runner/committed_kinds.py)."""
+        report = self.member.capabilities.report_of(learner, ask=True)
+        return promotion_refusal(learner, report, self.machine.committed_kinds.required())
 
     def _admission_roles(self) -> dict[str, Any]:
         """Every credential this voter knows, with the own admission credential of each fleet
@@ -233,9 +253,12 @@ class RunnerProcess:
         self.runner.start()
         if self.management is not None:
             self.management.start()
+        if self.console is not None:
+            self.console.start()
         self.log.emit(
             "started",
             management_addr=None if self.management is None else str(self.cfg.management.addr),
+            console_url=None if self.console is None else self.console.url,
             cluster_addr=str(self.cfg.own_addr),
             admission_addr=f"{self.admission.host}:{self.admission.port}",
             voters=sorted(self.cfg.voters),
@@ -244,6 +267,8 @@ class RunnerProcess:
 
     def stop(self, drain_s: float = DRAIN_S) -> None:
         # No new operator commands; admission stays up while the loop drains its tasks.
+        if self.console is not None:
+            self.console.stop()
         if self.management is not None:
             self.management.stop()
         self.runner.drain_and_stop(drain_s)

@@ -19,20 +19,15 @@ from typing import Any, Final, NamedTuple
 
 from appliance.core.canonical import canonical_json
 from appliance.engine.text import STORED_JSON_DEPTH_MAX, well_formed, well_formed_json
+from appliance.protocol import v1
 from appliance.protocol.v1 import Invocation
 from appliance.store.errors import WorkerRecordRefused
 
 EXECUTION_OUTPUT_BYTES_MAX: Final = 256 * 1024
-EXECUTION_STATUSES: Final = (
-    "submitted",
-    "running",
-    "completed",
-    "failed",
-    "timed_out",
-    "cancelled",
-    "lost",
-)
-TERMINAL_STATUSES: Final = frozenset({"completed", "failed", "timed_out", "cancelled", "lost"})
+# The wire's statuses (appliance/protocol/v1.py) and the store's own first one: submitted to the
+# engine, not yet reported running.
+EXECUTION_STATUSES: Final = ("submitted", *v1.EXECUTION_STATUSES)
+TERMINAL_STATUSES: Final = v1.FINISHED_STATUSES
 # A prune looks at up to this many candidates per batch of ``rows_max``: room for the few whose
 # execution is still unfinished (kept until it finishes) without re-reading the whole table.
 PRUNE_LOOKAHEAD_FACTOR: Final = 4

@@ -50,7 +50,6 @@ consumed" (and its fence provably came first) or "consumed, submitted and receip
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -60,6 +59,7 @@ from typing import Any, Final
 from appliance.config.rfc3339 import format_utc, parse_rfc3339
 from appliance.config.worker import EngineSettings, WorkerConfig
 from appliance.core.canonical import canonical_json
+from appliance.egress.record import bounded_report
 from appliance.engine.model import (
     EngineError,
     ExecutionReport,
@@ -136,6 +136,7 @@ def outcome_document(report: ExecutionReport) -> dict[str, Any]:
         "output_truncated": report.output_truncated,
         "started_at": _iso(report.started_at),
         "finished_at": _iso(report.finished_at),
+        "egress": bounded_report(report.egress),
     }
 
 
@@ -626,8 +627,7 @@ class LaunchCore:
         return None
 
     def _check_payload(self, binding: v1.Binding, code: str) -> Answer | None:
-        digest = hashlib.sha256(code.encode("utf-8")).hexdigest()
-        if digest != binding.payload_sha256:
+        if v1.payload_sha256(code) != binding.payload_sha256:
             return _error(403, "binding_mismatch", "payload_sha256 is not the SHA-256 of the code")
         return None
 
@@ -681,6 +681,7 @@ def _blank_observation(invocation: Invocation, incarnation: str, status: str) ->
         "started_at": None,
         "finished_at": None,
         "output": {"text": "", "bytes": 0, "truncated": False},
+        "egress": None,
         "fence": None,
         "pid": None,
     }
@@ -703,6 +704,7 @@ def _stored_view(execution: ExecutionRecord) -> dict[str, Any]:
             "bytes": len(execution.output),
             "truncated": bool(outcome.get("output_truncated")),
         },
+        "egress": bounded_report(outcome.get("egress")),
     }
 
 
@@ -723,6 +725,7 @@ def _live_view(report: ExecutionReport) -> dict[str, Any]:
             "bytes": len(report.output.encode("utf-8")),
             "truncated": report.output_truncated,
         }
+        view["egress"] = bounded_report(report.egress)
     return view
 
 

@@ -12,8 +12,12 @@ Theory of operation, start-up in this order (each step fails closed with a clear
    and the HTTP listener; print one JSON line ``{"event": "ready", ...}`` on stdout.
 
 SIGHUP reads the config file again and takes a changed ``admission_urls``
-(appliance.worker.reload: only that field; a file that changes another, or does not validate, is
-refused and logged, and the worker keeps the list it had). SIGTERM/SIGINT stop the listener first
+(appliance.worker.reload: only that field; a file that changes another, does not validate, or is
+not a regular file is refused and logged, and the worker keeps the list it had). The reload runs
+on a thread of its own, so a file that blocks its reader never keeps SIGTERM from stopping the
+worker. The egress policy is read once, at start-up (step 1: a policy that does not load stops the
+worker with its file and line); SIGHUP does not read it again, and a changed ``egress`` section is
+refused like any other field. SIGTERM/SIGINT stop the listener first
 (no new work), then the engine (running executions are cancelled and their children reaped,
 recorded as ``cancelled``/"engine shutdown"), then the store. With ``metrics_addr`` a second
 loopback listener serves ``GET /metrics`` (worker bearer; appliance.worker.metrics_routes): engine
@@ -36,6 +40,7 @@ from appliance.config.credentials import WorkerCredentials, resolve_worker_crede
 from appliance.config.urls import Origin
 from appliance.config.worker import WORKER_CONFIG_ENV, WorkerConfig, load_worker_config
 from appliance.core.errors import InvalidConfig
+from appliance.egress.handoff import EgressHandoff, prepare_egress
 from appliance.engine import Engine, SystemClock, kill_recorded_children
 from appliance.engine.clock import Clock
 from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
@@ -48,7 +53,7 @@ from appliance.worker.admission import AdmissionClient
 from appliance.worker.child_pids import ChildPidFile
 from appliance.worker.crash import CrashHook
 from appliance.worker.metrics_routes import METRICS_BODY_BYTES_MAX, create_worker_metrics_app
-from appliance.worker.reload import reloaded_admission_urls
+from appliance.worker.reload import BackgroundReload, reloaded_admission_urls
 from appliance.worker.routes import BODY_BYTES_MAX, create_worker_app
 from appliance.worker.service import WorkerService, now_ms_of
 
@@ -74,10 +79,18 @@ class Settings:
     config: WorkerConfig
     credentials: WorkerCredentials
     crash: CrashHook
+    # The egress section loaded and checked (policy, CA, credential values), for the engine's
+    # children; None without an ``egress`` section (scripts have no fetch).
+    egress: EgressHandoff | None = None
 
 
-def load_settings(environ: Mapping[str, str], config_path: str | None) -> Settings:
-    """Everything the worker needs from outside, validated; ``InvalidConfig`` lists problems."""
+def load_settings(
+    environ: Mapping[str, str], config_path: str | None, *, with_egress: bool = True
+) -> Settings:
+    """Everything the worker needs from outside, validated; ``InvalidConfig`` lists problems.
+
+    ``with_egress=False`` (SIGHUP) leaves the egress policy alone: it is loaded once, at start.
+    """
     config = load_worker_config(environ, config_path)
     if config.engine.output_limit_bytes > OUTPUT_LIMIT_BYTES_MAX:
         raise InvalidConfig(
@@ -89,7 +102,12 @@ def load_settings(environ: Mapping[str, str], config_path: str | None) -> Settin
             ]
         )
     credentials = resolve_worker_credentials(config, environ)
-    return Settings(config, credentials, CrashHook.from_environ(environ))
+    egress = None
+    if config.egress is not None and with_egress:
+        egress = prepare_egress(
+            config.egress, environ, own_credentials=(credentials.bearer, credentials.admission)
+        )
+    return Settings(config, credentials, CrashHook.from_environ(environ), egress)
 
 
 class Worker:
@@ -107,6 +125,7 @@ class Worker:
         self._admission: AdmissionClient | None = None
         self.lost: list[str] = []
         self.killed_children: list[int] = []
+        self._stopping = False
 
     def start(self) -> Worker:
         config = self.settings.config
@@ -134,12 +153,15 @@ class Worker:
                 "killed engine children left by an earlier incarnation: %s", self.killed_children
             )
         pid_file.replace([])
+        # Only with an egress section: the engine hands it to its children (over their stdin).
+        egress_option = {} if self.settings.egress is None else {"egress": self.settings.egress}
         self.engine = Engine(
             max_concurrent=config.engine.max_concurrent,
             max_queued=config.engine.max_queued,
             output_limit_bytes=config.engine.output_limit_bytes,
             clock=self.clock,
             on_child_spawned=pid_file.record,
+            **egress_option,
         )
         holder["engine"] = self.engine
         self.metrics.attach(self.engine, store.path)
@@ -197,11 +219,13 @@ class Worker:
         if self._admission is None:
             return False
         try:
-            fresh = load_settings(environ, config_path)
+            fresh = load_settings(environ, config_path, with_egress=False)
             urls = reloaded_admission_urls(self.settings.config, fresh.config)
         except InvalidConfig as exc:
             for path, message in exc.problems:
                 log.warning("SIGHUP: config not reloaded: %s: %s", path, message)
+            return False
+        if self._stopping:  # the file took longer to read than the worker took to stop
             return False
         before = self._admission.urls
         self._admission.replace_urls(urls)
@@ -220,6 +244,7 @@ class Worker:
         """Listener, engine, admission client, store, in that order. A step that fails is logged
         and the next ones still run: a listener that would not stop must not leave the engine's
         threads running (they would keep the process alive) or the data_dir locked."""
+        self._stopping = True
         if self.metrics_server is not None:
             server, self.metrics_server = self.metrics_server, None
             _stop_step("the metrics listener", server.stop)
@@ -269,10 +294,12 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    # The handler only asks; the main thread reloads between its waits, not inside a handler.
+    # The handler only asks; between its waits the main thread starts the reload on a thread of
+    # its own (BackgroundReload), so a file that blocks its reader never holds up a stop.
     reload_asked = threading.Event()
     signal.signal(signal.SIGHUP, lambda *_: reload_asked.set())
     worker = Worker(settings)
+    reloads = BackgroundReload(lambda: worker.reload(environ, config_path))
     try:
         worker.start()
     except Exception as exc:
@@ -297,7 +324,7 @@ def run_worker(environ: Mapping[str, str], config_path: str | None, out: TextIO)
         def between_waits() -> None:
             if reload_asked.is_set():
                 reload_asked.clear()
-                worker.reload(environ, config_path)
+                reloads.request()
 
         wait_for_stop(stop, between=between_waits)
         print(stop_notice(worker.engine), file=sys.stderr, flush=True)

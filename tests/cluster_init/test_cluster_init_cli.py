@@ -52,25 +52,36 @@ def test_env_file_is_private_from_creation_even_under_a_permissive_umask(tmp_pat
     assert mode_of(tmp_path / "c" / "voter-1.json") == 0o644
 
 
-def test_env_file_exports_five_distinct_credentials(tmp_path: Path) -> None:
-    assert cluster_init("--out", str(tmp_path / "c")) == 0
-    values = read_env_file(tmp_path / "c" / "cluster.env")
-    assert len(values) == 5
-    assert len(set(values.values())) == 5
+def credentials_of(path: Path) -> dict[str, str]:
+    return {k: v for k, v in read_env_file(path).items() if k != "APPLIANCE_MANAGEMENT_ADDR"}
+
+
+def test_env_file_exports_six_distinct_credentials_and_every_management_listener(
+    tmp_path: Path,
+) -> None:
+    assert cluster_init("--out", str(tmp_path / "c"), "--base-port", "30000") == 0
+    values = credentials_of(tmp_path / "c" / "cluster.env")
+    assert len(values) == 6 and "MCP_SCHEDULER_ADMIN_TOKEN" in values
+    assert len(set(values.values())) == 6
+    exported = read_env_file(tmp_path / "c" / "cluster.env")
+    listeners = "127.0.0.1:30020,127.0.0.1:30021,127.0.0.1:30022"
+    assert exported["APPLIANCE_MANAGEMENT_ADDR"] == listeners
+    voter = json.loads((tmp_path / "c" / "voter-1.json").read_text())
+    assert voter["management"]["admin_bearer_env"] == "MCP_SCHEDULER_ADMIN_TOKEN"
 
 
 def test_two_inits_never_share_a_credential(tmp_path: Path) -> None:
     assert cluster_init("--out", str(tmp_path / "a")) == 0
     assert cluster_init("--out", str(tmp_path / "b")) == 0
-    first = read_env_file(tmp_path / "a" / "cluster.env")
-    second = read_env_file(tmp_path / "b" / "cluster.env")
+    first = credentials_of(tmp_path / "a" / "cluster.env")
+    second = credentials_of(tmp_path / "b" / "cluster.env")
     assert not set(first.values()) & set(second.values())
 
 
 def test_credentials_are_never_printed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cluster_init("--out", str(tmp_path / "c")) == 0
     printed = capsys.readouterr()
-    for value in read_env_file(tmp_path / "c" / "cluster.env").values():
+    for value in credentials_of(tmp_path / "c" / "cluster.env").values():
         assert value not in printed.out + printed.err
 
 
@@ -136,7 +147,8 @@ def test_readme_gives_a_start_command_for_every_process(tmp_path: Path) -> None:
     for i in (1, 2, 3):
         assert f". ./cluster.env && {app} runner voter-{i}.json" in readme
     assert f"{app} worker --config worker.json" in readme
-    assert f"{app} admin status --addr 127.0.0.1:30020,127.0.0.1:30021,127.0.0.1:30022" in readme
+    assert "APPLIANCE_MANAGEMENT_ADDR=127.0.0.1:30020,127.0.0.1:30021,127.0.0.1:30022" in readme
+    assert f"    {app} admin status\n" in readme  # the env file names every listener
 
 
 def test_readme_uses_the_installed_command_never_a_bare_appliance(tmp_path: Path) -> None:
@@ -162,7 +174,8 @@ def test_every_command_in_the_written_readme_parses(tmp_path: Path) -> None:
     out = tmp_path / "c"
     assert cluster_init("--voters", "5", "--out", str(out)) == 0
     commands = commands_in((out / "README.md").read_text(), installed_command())
-    assert len(commands) == 5 + 5 + 1 + 1 + 2  # checks, voters, worker check, worker, look
+    # checks, voters, worker check, worker, look (status, list, watch)
+    assert len(commands) == 5 + 5 + 1 + 1 + 3
     parser = appliance_parser()
     assert all(parses(parser, command) for command in commands), commands
 

@@ -124,10 +124,10 @@ def test_demo_schedule_can_be_left_out() -> None:
     assert len(parsed_runners(3)[0].schedules) == 1
 
 
-def test_five_fresh_credentials_are_distinct_and_change_every_time() -> None:
+def test_six_fresh_credentials_are_distinct_and_change_every_time() -> None:
     first, second = fresh_credentials(), fresh_credentials()
     assert set(first) == set(ENV_NAMES.values())
-    assert len(set(first.values())) == 5
+    assert len(set(first.values())) == 6
     assert not set(first.values()) & set(second.values())
     assert all(len(value) >= 43 for value in first.values())  # 32 random bytes, base64url
 

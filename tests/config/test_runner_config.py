@@ -654,3 +654,23 @@ def test_load_refuses_ambiguous_or_broken_json(tmp_path: Path, content: bytes, s
 def test_load_reports_an_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidConfig, match="cannot read"):
         load_runner_config(tmp_path / "missing.json")
+
+
+def test_load_refuses_a_path_that_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
+    """A FIFO with no writer would hold ``open()`` for ever (issue 36): refused at once, naming
+    what the path is; a symlink to a regular file is still read."""
+    import os
+
+    fifo = tmp_path / "runner.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InvalidConfig, match=r"is not a regular file \(a FIFO\)"):
+        load_runner_config(fifo)
+    with pytest.raises(InvalidConfig, match=r"is not a regular file \(a directory\)"):
+        load_runner_config(tmp_path)
+    with pytest.raises(InvalidConfig, match=r"is not a regular file \(a character device\)"):
+        load_runner_config("/dev/null")
+    real = tmp_path / "real.json"
+    real.write_text(json.dumps(runner_dict()), encoding="utf-8")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert load_runner_config(link).node_id == "n1"

@@ -124,3 +124,37 @@ def test_the_claim_refusal_does_not_change_the_state():
         claim(state, authority=replace(AUTHORITY, expires_at="2027-06-02T00:00:00Z"))
     assert state.to_json() == before
     assert bind(state).authority == AUTHORITY  # binding_for takes what the owner passes
+
+
+def test_the_grant_horizon_passes_exactly_at_the_limit_and_refuses_one_second_past_it():
+    from appliance.core.amendments import (
+        GRANT_HORIZON_DAYS_MAX,
+        GRANT_HORIZON_S_MAX,
+        check_grant_horizon,
+    )
+    from appliance.core.binding import instant_text
+
+    assert GRANT_HORIZON_S_MAX == GRANT_HORIZON_DAYS_MAX * 86_400 == 1826 * 86_400
+    at_limit = instant_text(T0 + GRANT_HORIZON_S_MAX)
+    assert check_grant_horizon(at_limit, T0) == at_limit
+    with pytest.raises(AmendmentRefused, match=r"^expires_at: .* more than 1826 days"):
+        check_grant_horizon(instant_text(T0 + GRANT_HORIZON_S_MAX + 1), T0)
+    with pytest.raises(AmendmentRefused, match="expires_at"):
+        check_grant_horizon("9999-12-31T23:59:59Z", T0)
+
+
+def test_every_amendment_kind_is_refused_on_a_stale_base_and_changes_nothing():
+    """The compare-and-set is one rule (``_record``) shared by every amendment kind."""
+    state = owned_state()
+    apply(state, AmendLimits(0, Limits(records=8192), T0))
+    before = state.to_json()
+    stale = (
+        RenewGrant(0, RENEWED, T0),
+        AmendRemote(0, T0, worker_id="w2"),
+        AmendLimits(0, Limits(records=9000), T0),
+        AmendLimits(2, Limits(records=9000), T0),  # a base the cluster has not reached
+    )
+    for command in stale:
+        with pytest.raises(StaleAmendment, match=r"^base_amendment: .*amendment 1"):
+            apply(state, command)
+    assert state.to_json() == before

@@ -6,7 +6,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from appliance.core.binding import payload_sha256
 from appliance.core.command_plans import plan_enable, plan_update
 from appliance.core.definition import DefinitionProblems
 from appliance.core.live_code import KEPT_CODES_MAX, code_for
@@ -28,6 +27,7 @@ from appliance.core.state import (
     list_view,
     needs_commands_reader,
 )
+from appliance.protocol.v1 import payload_sha256
 from tests.core.command_helpers import (
     EVERY_MINUTE,
     MINUTE,
@@ -88,7 +88,7 @@ def test_update_changes_future_occurrences_and_records_the_change():
     state = state_with()
     command = plan_update(state, 1, {"code": "console.log('v2')", "name": None}, T0)
     assert command.fields == ("code", "name")
-    assert apply(state, command).value is True
+    assert apply(state, command).value == ("code", "name")  # the fields that changed
     schedule = state.schedules[1]
     assert schedule.definition.code == "console.log('v2')" and schedule.definition.name is None
     assert schedule.kept == ()  # no live occurrence needed the old code
@@ -103,9 +103,7 @@ def test_update_changes_future_occurrences_and_records_the_change():
 def test_an_update_to_the_same_definition_changes_nothing():
     state = state_with()
     before = state.to_json()
-    assert (
-        apply(state, UpdateSchedule(1, state.schedules[1].definition, ("cron",), T0)).value is False
-    )
+    assert apply(state, UpdateSchedule(1, state.schedules[1].definition, ("cron",), T0)).value == ()
     assert state.to_json() == before
 
 

@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from appliance.raft.errors import ProposalRefused
-from appliance.replication import Leadership, NotLeader
+from appliance.replication import Leadership, NotLeader, ProposalRefused
 from appliance.replication.etcd import COMMAND_BYTES_MAX, EtcdReplication, index_key
 from appliance.replication.etcd_gateway import EtcdAmbiguous, EtcdGateway, prefix_end
 from appliance.replication.etcd_watch import WatchCompacted, WatchStream

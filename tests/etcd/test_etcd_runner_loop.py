@@ -46,6 +46,7 @@ class EtcdVoter(Voter):
             # 10 s, which would race the tests' 10 s waits for the later confirmed outcome.
             unknown_poll_s=self._unknown_poll_s,
             gate=self._gate,
+            strict=True,
         )
         self.worker.runner = self.runner
 

@@ -37,6 +37,7 @@ class NamedEtcdVoter(Voter):
             worker=self.worker,  # type: ignore[arg-type]
             clock=self.clock,
             log=DecisionLog(self.node_id, self.log_stream),
+            strict=True,
         )
         self.worker.runner = self.runner
 

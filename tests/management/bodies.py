@@ -11,10 +11,12 @@ CAP_BYTES = 72 * 1024
 
 def escaped_create(total_bytes: int) -> bytes:
     """A create command of exactly ``total_bytes`` serialized bytes, mostly \\u-escaped source."""
-    escaped = "\x01" * 12_000  # each serializes as \\u0001: 6 bytes for 1 byte of source
-    doc = {"action": "create", "definition": {**DEFINITION, "code": escaped}}
+    # A string literal (valid JavaScript: control characters may stand in one), each \x01
+    # serialized as \\u0001: 6 bytes for 1 byte of source.
+    escaped = "'" + "\x01" * 12_000
+    doc = {"action": "create", "definition": {**DEFINITION, "code": escaped + "'"}}
     base = len(json.dumps(doc).encode())
-    doc["definition"]["code"] = escaped + "a" * (total_bytes - base)
+    doc["definition"]["code"] = escaped + "a" * (total_bytes - base) + "'"
     body = json.dumps(doc).encode()
     assert len(body) == total_bytes
     assert len(doc["definition"]["code"].encode()) < 64 * 1024 // 4

@@ -32,6 +32,9 @@ class AmendingRunner(FakeRunner):
 
     _renew_grant = _amend_remote = _amend_limits = _amend
 
+    def _status(self, command: dict[str, Any]) -> dict[str, Any]:
+        return {**super()._status(command), "contract": {"amendment": 4}}
+
 
 @pytest.fixture
 def listener(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[AmendingRunner, int]]:
@@ -66,11 +69,39 @@ def test_each_subcommand_sends_exactly_the_given_fields(listener) -> None:
         port, ["amend-limits", "--records", "8192", "--grace-seconds", "0", "--json"]
     )
     assert code == 0 and json.loads(out)["result"]["amendment"] == 1
+    # Each first reads the amendment in force and sends it as its base (issue 36).
+    status = {"action": "status"}
     assert runner.executed == [
-        {"action": "renew_grant", "expires_at": "2030-01-01T00:00:00Z", "heap_mb": 256},
-        {"action": "amend_remote", "worker_id": "worker-2"},
-        {"action": "amend_limits", "records": 8192, "grace_seconds": 0},
+        status,
+        {
+            "action": "renew_grant",
+            "expires_at": "2030-01-01T00:00:00Z",
+            "heap_mb": 256,
+            "base_amendment": 4,
+        },
+        status,
+        {"action": "amend_remote", "worker_id": "worker-2", "base_amendment": 4},
+        status,
+        {"action": "amend_limits", "records": 8192, "grace_seconds": 0, "base_amendment": 4},
     ]
+
+
+def test_an_amendment_sends_the_base_the_operator_names_without_reading_status(listener) -> None:
+    runner, port = listener
+    code, _, err = run(port, ["amend-remote", "--worker-id", "w9", "--base-amendment", "2"])
+    assert code == 0, err
+    assert runner.executed == [{"action": "amend_remote", "worker_id": "w9", "base_amendment": 2}]
+    code, _, err = run(port, ["amend-remote", "--worker-id", "w9", "--base-amendment", "-1"])
+    assert code == 2 and "--base-amendment" in err
+    assert len(runner.executed) == 1  # nothing sent
+
+
+def test_an_amendment_is_not_sent_when_the_amendment_in_force_cannot_be_read(listener) -> None:
+    runner, port = listener
+    runner.owner = False  # status answers 409: no owner among the endpoints
+    code, _, err = run(port, ["amend-limits", "--records", "8192"])
+    assert code == 1 and "base_amendment" in err and "nothing was sent" in err, err
+    assert runner.executed == [{"action": "status"}]
 
 
 @pytest.mark.parametrize("env", [admin_ops.OPERATOR_TOKEN_ENV, admin_ops.RECOVERY_TOKEN_ENV])
@@ -78,7 +109,7 @@ def test_the_operator_and_recovery_credentials_do_not_amend(listener, env: str) 
     runner, port = listener
     code, _, err = run(port, ["renew-grant", "2030-01-01T00:00:00Z", "--token-env", env])
     assert code == 1 and "HTTP 403" in err and "admin" in err
-    assert runner.executed == []
+    assert [c["action"] for c in runner.executed] in ([], ["status"])  # a read, never the amendment
 
 
 def test_the_amendment_tools_are_listed_to_the_admin_credential_only() -> None:
@@ -114,7 +145,7 @@ class CatchingUp:
         self.calls.append(("add_learner", node_id, address))
 
     def promote(self, node_id: str, *, timeout_s: float) -> None:
-        from appliance.raft.errors import ProposalRefused
+        from appliance.replication.errors import ProposalRefused
 
         self.calls.append(("promote", node_id))
         if self.refusals > 0:

@@ -194,3 +194,48 @@ def test_an_id_is_accepted_up_to_the_wire_limit_and_refused_one_above() -> None:
     expected = rf"occurrence_id: must be an integer id in \[1, {ID_MAX}\]"
     with pytest.raises(commands.Refused, match=expected):
         commands.check_command(over, "operator", Limits())
+
+
+REFUSED_DOCUMENTS = [
+    {"action": "nope"},
+    {"action": "cancel"},
+    {"action": "cancel", "occurrence_id": True},
+    {"action": "cancel", "occurrence_id": 0},
+    {"action": "cancel", "occurrence_id": 1, "extra": 1},
+    {"action": "create", "definition": "console.log(1)"},
+    {"action": "acknowledge_stopped", "occurrence_id": 1},
+    {"action": "acknowledge_stopped", "occurrence_id": 1, "dispatcher_and_work_quiesced": 1},
+    {"action": "acknowledge_stopped", "dispatcher_and_work_quiesced": True},
+    {"action": "backfill", "schedule_id": 1, "start": "yesterday", "end": "today"},
+]
+
+
+@pytest.mark.parametrize("document", REFUSED_DOCUMENTS, ids=lambda d: json.dumps(d)[:60])
+def test_stdin_and_management_refuse_a_command_with_the_same_code_and_words(
+    document: dict,
+) -> None:
+    """One argument check (appliance/commands/checks.py): the adapters differ only in how they
+    answer, never in what they refuse or how they say it."""
+    with pytest.raises(operator.OperatorError) as stdin:
+        operator.parse_operator(json.dumps(document))
+    with pytest.raises(commands.Refused) as http:
+        commands.check_command(document, "recovery", Limits())
+    assert (stdin.value.status, stdin.value.code) == (http.value.status, http.value.code)
+    assert stdin.value.message == http.value.message
+
+
+def test_every_amendment_row_takes_an_optional_base_amendment_and_checks_it():
+    """Issue 36: the rule is generic, so an amendment kind added later inherits it."""
+    from appliance.commands.args import ArgumentError
+    from appliance.commands.table import AMENDMENT_ACTIONS, COMMANDS
+
+    assert {"renew_grant", "amend_remote", "amend_limits"} <= AMENDMENT_ACTIONS
+    for action in AMENDMENT_ACTIONS:
+        spec = COMMANDS[action]
+        assert "base_amendment" in spec.fields and "base_amendment" in spec.optional, action
+        assert spec.check is not None
+        with pytest.raises(ArgumentError, match=r"^base_amendment"):
+            spec.check({"base_amendment": "1"})
+    for action, spec in COMMANDS.items():
+        if action not in AMENDMENT_ACTIONS:
+            assert "base_amendment" not in spec.fields, action

@@ -68,7 +68,7 @@ def test_history_prints_drop_counters_recent_reasons_and_a_timeline_table(live: 
 
 def test_history_of_an_unknown_schedule_exits_1(live: Live) -> None:
     code, _, err = run(live, ["history", "7"])
-    assert code == 1 and "HTTP 404 unknown_schedule" in err
+    assert code == 1 and "HTTP 404 no_such_schedule" in err
 
 
 def test_output_prints_the_console_text_and_a_trailer(live: Live) -> None:

@@ -174,7 +174,12 @@ def test_admin_list_on_a_real_voter_shows_next_run_last_outcome_and_counts(live:
     _fail_then_succeed(live)
     live.voter.advance_to(T0 + 60 + 61)
     live.voter.wait_state(1, "Succeeded")
-    code, out, err = run(live, ["list"])
+    code, relative, err = run(live, ["list"])
+    assert code == 0, err
+    header, row_text = relative.splitlines()[:2]
+    next_run = row_text[header.index("NEXT RUN") :].split()[:2]  # relative by default
+    assert next_run[0] == "in" or next_run[1] == "ago", next_run
+    code, out, err = run(live, ["list", "--absolute"])
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split() == [

@@ -123,6 +123,23 @@ def test_an_engine_child_starts_from_inside_the_zipapp(zipapp: Zipapp) -> None:
     assert report["child_pythonpath"].startswith(str(zipapp.cache_dir.resolve()))
 
 
+EGRESS_POLICY = """
+from appliance.egress.policy import SAMPLE_INPUT, RegoPolicy
+policy = RegoPolicy.load(
+    'package appliance.egress\\nimport rego.v1\\nallow if input.method == "GET"\\n', "p.rego"
+)
+put = {**SAMPLE_INPUT, "method": "PUT"}
+print(policy.evaluate(SAMPLE_INPUT, 5).allowed, policy.evaluate(put, 5))
+"""
+
+
+def test_the_egress_policy_runtime_loads_from_inside_the_zipapp(zipapp: Zipapp) -> None:
+    # regopy carries a native library: shiv must extract it, as it does mini-racer's.
+    completed = zipapp.run("-c", EGRESS_POLICY, SHIV_INTERPRETER="1")
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines()[-1].startswith("True Decision(allowed=False")
+
+
 def test_an_unwritable_cache_directory_is_refused_with_advice(
     zipapp: Zipapp, tmp_path: Path
 ) -> None:

@@ -47,7 +47,7 @@ def _port(addr: str) -> int:
     return int(addr.rsplit(":", 1)[1])
 
 
-def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentials(
+def test_the_first_run_writes_valid_configs_with_six_distinct_private_credentials(
     tmp_path: Path,
 ) -> None:
     layout = prepare(tmp_path / "qs", NOW)
@@ -58,20 +58,28 @@ def test_the_first_run_writes_valid_configs_with_five_distinct_private_credentia
     resolve_worker_credentials(worker, layout.credentials)
     assert runner.peers == () and runner.management is not None
     assert runner_credentials.operator is not None and runner_credentials.recovery is not None
+    # The web console (issue 34): its own credential, loopback, read-only by default.
+    assert runner.console is not None and runner_credentials.console is not None
+    assert runner.console.addr.host == "127.0.0.1" and not runner.console.actions
     assert [d.name for d in runner.schedules] == ["hello"]
     assert runner.schedules[0].cron == "* * * * *"
     assert runner.remote.expires_at.year == 2027
-    assert len(set(layout.credentials.values())) == 5
-    assert read_credentials(layout.credentials_path) == layout.credentials
+    assert len(set(layout.credentials.values())) == 7
+    assert runner_credentials.admin is not None
+    written = read_credentials(layout.credentials_path)
+    # The env file also names the management listener, for `appliance admin` without --addr.
+    assert written.pop("APPLIANCE_MANAGEMENT_ADDR") == str(runner.management.addr)
+    assert written == layout.credentials
     for path in (layout.credentials_path, layout.runner_path, layout.worker_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
     ports = {
         runner.cluster_port,
         runner.admission_addr.port,
         runner.management.addr.port,
+        runner.console.addr.port,
         worker.listen_addr.port,
     }
-    assert len(ports) == 4
+    assert len(ports) == 5
 
 
 def test_a_second_run_reuses_configs_and_credentials_unchanged(tmp_path: Path) -> None:
@@ -259,3 +267,21 @@ def test_without_data_dir_the_quickstart_writes_outside_the_working_directory(
         assert qs.interrupt() == 0
     finally:
         qs.kill()
+
+
+def test_an_egress_section_added_by_the_operator_is_kept_when_ports_move(
+    tmp_path: Path, held: list[socket.socket]
+) -> None:
+    # docs/quickstart.md tells operators to add `egress` to worker.json; a repair that rewrites
+    # the file must keep it.
+    first = prepare(tmp_path, NOW)
+    worker = json.loads(first.worker_path.read_text())
+    worker["egress"] = {"policy_file": "egress.rego"}
+    first.worker_path.write_text(json.dumps(worker))
+    _take(held, _port(first.runner["admission_addr"]))
+    second = prepare(tmp_path, NOW)
+    assert second.notes  # the admission port moved: worker.json was rewritten
+    rewritten = json.loads(second.worker_path.read_text())
+    assert rewritten["egress"] == {"policy_file": "egress.rego"}
+    loaded = load_worker_config({}, second.worker_path).egress
+    assert loaded is not None and loaded.policy_file == str(tmp_path / "egress.rego")

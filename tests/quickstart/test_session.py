@@ -128,14 +128,18 @@ def test_the_credentials_file_is_0600_and_no_credential_is_ever_printed(
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE(first.qs.data_dir.stat().st_mode) == 0o700
     credentials = read_credentials(path)
+    # The management listener's address is exported too (not a credential: it is printed).
+    assert credentials.pop("APPLIANCE_MANAGEMENT_ADDR").startswith("127.0.0.1:")
     assert sorted(credentials) == [
+        "APPLIANCE_CONSOLE_TOKEN",
+        "MCP_SCHEDULER_ADMIN_TOKEN",
         "MCP_SCHEDULER_ADMISSION_TOKEN",
         "MCP_SCHEDULER_CLUSTER_TOKEN",
         "MCP_SCHEDULER_OPERATOR_TOKEN",
         "MCP_SCHEDULER_RECOVERY_TOKEN",
         "MCP_SCHEDULER_WORKER_TOKEN",
     ]
-    assert len(set(credentials.values())) == 5
+    assert len(set(credentials.values())) == 7
     assert all(len(value) >= 40 for value in credentials.values())
     shown = "\n".join(
         [

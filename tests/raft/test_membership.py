@@ -351,3 +351,45 @@ def test_codec_carries_timeout_now_the_transfer_flag_and_learners_in_snapshots()
         SnapshotChunk("n1", "n4", 3, 10, 2, ("n1", "learner:n4@h:1"), 4, "a" * 64, 0, b"abcd"),
     ):
         assert decode(encode(message, DIGEST), DIGEST) == message
+
+
+# ---- issue 36, finding 1: a learner's address must be its own -------------------------------
+
+GENESIS_ADDRESSES = (("n1", "127.0.0.1:7001"), ("n2", "127.0.0.1:7002"), ("n3", "127.0.0.1:7003"))
+
+
+def test_a_learner_at_a_voters_cluster_address_is_refused_naming_that_voter() -> None:
+    """The leader would dial the other voter and be refused by its certificate for ever, and
+    the learner would never catch up; a different port (or host) is accepted."""
+    c = Cluster(genesis_addresses=GENESIS_ADDRESSES)  # type: ignore[arg-type]
+    leader = c.elect("n1")
+    c.commit()
+    for taken, owner in (("127.0.0.1:7002", "n2"), ("127.0.0.1:7001", "n1")):
+        with pytest.raises(
+            ProposalRefused,
+            match=rf"^address: {taken} is the cluster address of {owner} \(a genesis voter\)",
+        ):
+            leader.add_learner("n4", taken)
+    assert leader.membership.learners == ()
+    leader.add_learner("n4", "127.0.0.1:7004")
+    c.settle()
+    assert leader.membership.learners == ("n4",)
+    # A member added at run time owns its address too; spelling the host in capitals or the
+    # port with a leading zero does not make it another address.
+    c.tick(2)
+    for taken in ("127.0.0.1:7004", "127.0.0.1:07004"):
+        with pytest.raises(ProposalRefused, match=r"cluster address of n4 \(a learner\)"):
+            leader.add_learner("n5", taken)
+
+
+def test_membership_refuses_an_address_another_member_has() -> None:
+    m = Membership(("n1",), ("n4",), (("n4", "Host.Example:7004"),))
+    with pytest.raises(ValueError, match=r"cluster address of n4 \(a learner\)"):
+        m.with_learner("n5", "host.example:7004")
+    with pytest.raises(ValueError, match=r"cluster address of n1 \(a genesis voter\)"):
+        m.with_learner("n5", "10.0.0.1:7001", taken=(("n1", "10.0.0.1:7001"),))
+    assert m.with_learner("n5", "host.example:7005").address_of("n5") == "host.example:7005"
+    # A removed genesis voter's address stays taken: every config file still names it.
+    assert Membership(("n2",)).with_learner("n5", "h:1", taken=(("n1", "h:2"),)).learners == ("n5",)
+    with pytest.raises(ValueError, match="n1"):
+        Membership(("n2",)).with_learner("n5", "h:2", taken=(("n1", "h:2"),))

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from appliance.raft import MemoryLogStorage, Message, ProposalRefused
+from appliance.raft import MemoryLogStorage, Message
+from appliance.replication.errors import ProposalRefused
 from appliance.replication.raft_replication import RaftReplication
 
 

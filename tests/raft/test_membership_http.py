@@ -9,9 +9,9 @@ from collections.abc import Iterator
 import pytest
 
 from appliance.config.credentials import Secret
-from appliance.raft import ProposalRefused
 from appliance.raft.transport import HttpTransport
 from appliance.replication import RaftReplication
+from appliance.replication.errors import ProposalRefused
 from tests.raft.test_transport import CLUSTER, DIGEST, WAIT_S, Voter, leader_of, wait_for
 
 

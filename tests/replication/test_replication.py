@@ -11,9 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from appliance.raft import MemoryLogStorage, Message, NotLeader
+from appliance.raft import MemoryLogStorage, Message
 from appliance.raft.codec import decode, encode
-from appliance.replication import Leadership, RaftReplication, single
+from appliance.replication import Leadership, NotLeader, RaftReplication, single
 from tests import support
 
 DIGEST = "d" * 64

@@ -17,6 +17,8 @@ from appliance.capabilities import BASELINE_COMMAND_KINDS, Capabilities, local_c
 from appliance.replication.raft_member import configured_members
 from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
 from appliance.secret import Secret
+from tests.ports import free_ports
+from tests.support import wait_for
 
 TOKEN = "cluster-secret-1111111"
 NEW_KIND = sorted(local_capabilities().commands - BASELINE_COMMAND_KINDS)[0]  # a gated kind
@@ -25,8 +27,9 @@ NEW_KIND = sorted(local_capabilities().commands - BASELINE_COMMAND_KINDS)[0]  # 
 class StatusPeer:
     """A peer's cluster status route on loopback, answering ``report`` to the cluster bearer."""
 
-    def __init__(self, report: Capabilities) -> None:
+    def __init__(self, report: Capabilities, port: int = 0) -> None:
         self.report = report
+        self.asked = 0
         peer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,6 +39,7 @@ class StatusPeer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
+                peer.asked += 1
                 body = json.dumps({"capabilities": peer.report.to_json()}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -45,7 +49,7 @@ class StatusPeer:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.address = f"127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
@@ -133,3 +137,53 @@ def test_the_gate_follows_the_configuration_in_force(tmp_path: Path, peer: Statu
 def test_a_member_without_any_known_address_is_still_waited_for() -> None:
     status = {"configuration": {"voters": ["n1", "n2", "n5"], "learners": [], "addresses": {}}}
     assert configured_members(status, {"n2": "h:1"}) == {"n1": "", "n2": "h:1", "n5": ""}
+
+
+# ---- issue 36: reports at start, and learners that never reported ------------------------------
+
+
+def test_a_member_not_heard_yet_is_asked_again_soon_not_at_the_next_poll(tmp_path: Path) -> None:
+    """Right after a fresh start the peers are not listening yet: the first poll fails, and the
+    gate must not wait a whole interval (5 s) to hear them once they are up."""
+    port = free_ports(1)[0]
+    view = gate({"n2": f"127.0.0.1:{port}"}, tmp_path / REMEMBERED_FILE, poll_s=60.0)
+    view.start()
+    peer = None
+    try:
+        wait_for(lambda: view.polls >= 1 or None, "the first poll", 5)
+        assert view.refusal(NEW_KIND) is not None  # nobody listens yet
+        peer = StatusPeer(local_capabilities(), port)
+        wait_for(lambda: view.refusal(NEW_KIND) is None or None, "n2 heard within a second", 2)
+    finally:
+        view.stop()
+        if peer is not None:
+            peer.stop()
+
+
+def test_refresh_asks_the_voters_without_a_report_on_the_callers_thread(
+    tmp_path: Path, peer: StatusPeer
+) -> None:
+    learner = StatusPeer(Capabilities("0.0.1", frozenset({"Observe"})))
+    try:
+        members = {"n2": peer.address, "n4": learner.address}
+        view = gate(
+            members,
+            tmp_path / REMEMBERED_FILE,
+            members=lambda: members,
+            learners=lambda: ("n4",),
+        )
+        refusal = view.refusal(NEW_KIND)
+        assert refusal is not None and "n2 (no report yet)" in refusal and "n4" not in refusal
+        view.refresh()  # no poll thread: the caller asks
+        assert peer.asked == 1 and learner.asked == 0  # a learner is not the gate's business
+        assert view.refusal(NEW_KIND) is None  # n4 never reported: left out
+        view.refresh()
+        assert peer.asked == 1  # every voter has reported: nothing to ask
+        # Asked directly (promote_voter), the learner's old binary then holds the gate.
+        report = view.report_of("n4", ask=True)
+        assert report is not None and report.binary == "0.0.1" and learner.asked == 1
+        refusal = view.refusal(NEW_KIND)
+        assert refusal is not None and "n4 (learner, binary 0.0.1)" in refusal
+        view.stop()
+    finally:
+        learner.stop()

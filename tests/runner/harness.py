@@ -160,8 +160,10 @@ class Voter:
         wrap: Callable[[Any], Any] | None = None,
         unknown_poll_s: float = 0.2,
         gate: Callable[[str], str | None] | None = None,
+        strict: bool = True,
     ) -> None:
         self._gate = gate
+        self._strict = strict  # an exception inside the owner or its loop fails the test
         # Unknown attempts are re-observed after unknown_poll_s real seconds (10 s in production).
         self._unknown_poll_s = unknown_poll_s
         self.cfg = cfg or config()
@@ -190,6 +192,7 @@ class Voter:
             log=DecisionLog("v1", self.log_stream),
             unknown_poll_s=self._unknown_poll_s,
             gate=self._gate,
+            strict=self._strict,
         )
         self.worker.runner = self.runner
 
@@ -197,6 +200,7 @@ class Voter:
         """Crash-free restart: a new term, a new ownership epoch, the takeover."""
         self.runner.drain_and_stop(0.0)
         self.replication.stop()
+        self.assert_no_loop_failure()
         self._build()
         self.__enter__()
 
@@ -209,6 +213,13 @@ class Voter:
     def __exit__(self, *exc: object) -> None:
         self.runner.drain_and_stop(1.0)
         self.replication.stop()
+        if exc[0] is None:  # a test that failed already keeps its own error
+            self.assert_no_loop_failure()
+
+    def assert_no_loop_failure(self) -> None:
+        """The strict loop stopped on an exception inside the owner or itself: a bug."""
+        failure = self.runner.failure
+        assert failure is None, f"the runner loop raised {failure!r}"
 
     def command(self, doc: str) -> dict[str, Any]:
         return answer_line(self.runner, doc)

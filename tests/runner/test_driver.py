@@ -79,8 +79,8 @@ def test_every_proposal_of_the_driver_is_an_owner_effect() -> None:
         v.wait_state(1, "Succeeded")
     proposed = recorders[0].proposed
     kinds = {json.loads(p)["command"] for p in proposed}
-    # Ownership, the create, the folded observation and claim, the admission and the outcome.
-    assert {"AcquireOwnership", "CreateSchedule", "Admit", "RecordOutcome"} <= kinds, kinds
+    # Ownership, the named create, the folded observation and claim, the admission, the outcome.
+    assert {"AcquireOwnership", "CreateNamedSchedule", "Admit", "RecordOutcome"} <= kinds, kinds
     assert sorted(proposed) == sorted(effects)
 
 

@@ -63,13 +63,13 @@ def test_a_committed_permit_is_answered_without_waiting_for_the_loop() -> None:
         wait_until(lambda: v.events("admission"), "the first admission logged by the loop")
         binding = v.worker.calls[0][1]
         release = threading.Event()
-        original = v.runner.owner._admit_done
+        original = v.runner.owner._requests.admit_done
 
         def stuck(*args: object) -> None:  # the loop is busy right after the commit
             release.wait(10.0)
             original(*args)  # type: ignore[arg-type]
 
-        v.runner.owner._admit_done = stuck  # type: ignore[method-assign]
+        v.runner.owner._requests.admit_done = stuck  # type: ignore[method-assign]
         try:
             status, body = v.runner.admit(binding, "inc-1")  # answered while the loop waits
             assert status == 200 and body["existing"] is True

@@ -9,8 +9,7 @@ import pytest
 
 from appliance.commands.operator import OperatorCommand
 from appliance.management.replies import run_command
-from appliance.raft.driver import Overloaded, ProposalLost
-from appliance.raft.errors import NotLeader, ProposalRefused
+from appliance.replication.errors import NotLeader, Overloaded, ProposalLost, ProposalRefused
 from appliance.runner.membership_commands import ETCD_REFUSAL, membership_reply
 
 CONFIG = {"voters": ["v1", "v2", "v3"], "learners": ["v4"], "addresses": {"v4": "127.0.0.1:9"}}

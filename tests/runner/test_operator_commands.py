@@ -73,7 +73,9 @@ def test_update_mid_run_keeps_the_running_occurrence_on_its_old_code_and_it_succ
         v.advance_to(T0 + 60)
         wait_until(lambda: v.state_of(1) == "Running" and sent, "the first dispatch")
         reply = send(v, action="update", id=sid, code="console.log('new')")
-        assert reply == {"ok": True, "action": "update", "id": sid, "changed": True}
+        assert reply == {
+            "ok": True, "action": "update", "id": sid, "changed": True, "fields": ["code"]
+        }  # fmt: skip
         release.set()
         v.advance_to(T0 + 70)
         v.wait_state(1, "Succeeded")
@@ -91,7 +93,7 @@ def test_pause_selects_nothing_over_a_minute_boundary_and_resume_adds_nothing_ex
         assert send(v, action="status")["paused"] == {"since": "2027-01-15T08:00:01Z"}
         for now in (T0 + 60, T0 + 61, T0 + 125):
             v.advance_to(now)
-        wait_until(lambda: v.runner.owner._wall_s >= T0 + 125, "the pulse at 08:02:05")
+        wait_until(lambda: v.runner.owner._serial.wall_s >= T0 + 125, "the pulse at 08:02:05")
         assert v.record(1) is None
         reply = send(v, action="resume")
         assert reply["ok"] is True and reply["moved"] == [1]
@@ -163,10 +165,13 @@ def test_the_version_gate_holds_the_new_commands_and_a_jittered_definition():
             else None
         )
 
+    def unnamed(**policy: Any) -> dict[str, Any]:  # a named one is a CreateNamedSchedule
+        return {k: v for k, v in definition(**policy).items() if k != "name"}
+
     with Voter(gate=gate) as v:
-        plain = send(v, action="create", definition=definition())
+        plain = send(v, action="create", definition=unnamed())
         assert plain["ok"] is True
-        jittered = send(v, action="create", definition=definition(jitter_seconds=5))
+        jittered = send(v, action="create", definition=unnamed(jitter_seconds=5))
         assert jittered["ok"] is False and jittered["status"] == 400
         assert "policy.jitter_seconds" in jittered["error"]["message"]
         refused = send(v, action="run_now", id=1)
@@ -174,3 +179,52 @@ def test_the_version_gate_holds_the_new_commands_and_a_jittered_definition():
         assert send(v, action="pause")["status"] == 400
         assert v.machine.read(lambda st: len(st.schedules)) == 1  # nothing reached the log
         assert {"CreateSchedule", "policy.jitter_seconds", "RunNow", "Pause"} <= set(asked)
+
+
+def test_backfill_rounds_start_up_and_end_down_to_whole_seconds_both_inclusive():
+    """A fraction of a second past a slot puts that slot outside the window (issue 36, finding
+    4: ``…T07:00:00.999999999Z`` created the 07:00:00 slot, before ``start``); nanoseconds count
+    even where a parser keeps only microseconds."""
+    with Voter() as v:
+        sid = create(v, cron="*/10 * * * *", overlap="Queue")
+        v.advance_to(T0 + 5)
+
+        def dues(start: str, end: str) -> list[str]:
+            reply = send(v, action="backfill_preview", id=sid, start=start, end=end)
+            assert reply["ok"] is True, reply
+            return [c["due"] for c in reply["created"]]
+
+        assert dues("2027-01-15T07:00:00.999999999Z", "2027-01-15T07:20:00Z") == [
+            "2027-01-15T07:10:00Z",
+            "2027-01-15T07:20:00Z",
+        ]
+        assert dues("2027-01-15T07:00:00.000000001Z", "2027-01-15T07:10:00Z") == [
+            "2027-01-15T07:10:00Z"
+        ]
+        # Exactly on a whole second, both ends stay inclusive (trailing zeros are no fraction).
+        assert dues("2027-01-15T07:00:00.000Z", "2027-01-15T07:10:00.000000000Z") == [
+            "2027-01-15T07:00:00Z",
+            "2027-01-15T07:10:00Z",
+        ]
+        # ``end`` rounds down: a fraction past a slot keeps it, just short of one drops it.
+        assert dues("2027-01-15T07:00:00Z", "2027-01-15T07:10:00.999999999Z")[-1] == (
+            "2027-01-15T07:10:00Z"
+        )
+        assert dues("2027-01-15T07:00:00Z", "2027-01-15T07:09:59.999999999Z") == [
+            "2027-01-15T07:00:00Z"
+        ]
+        # An offset is honoured with a fraction too (08:00:00.5+01:00 is 07:00:00.5Z).
+        assert dues("2027-01-15T08:00:00.5+01:00", "2027-01-15T07:10:00Z") == [
+            "2027-01-15T07:10:00Z"
+        ]
+        # A window inside one second holds no whole second: refused, naming the fields.
+        empty = send(
+            v,
+            action="backfill",
+            id=sid,
+            start="2027-01-15T07:10:00.2Z",
+            end="2027-01-15T07:10:00.8Z",
+        )
+        assert empty["ok"] is False and empty["status"] == 400, empty
+        assert "start" in empty["error"]["message"] and "whole second" in empty["error"]["message"]
+        assert v.record(1) is None

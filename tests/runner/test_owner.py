@@ -49,7 +49,7 @@ class Bench:
     def __init__(self) -> None:
         self.cfg = config()
         self.machine = Machine(None, self.cfg.limits)
-        self.owner = Owner(cfg=self.cfg, state=self.machine)
+        self.owner = Owner(cfg=self.cfg, state=self.machine, strict=True)
         self.wall_s = float(T0 + 1)
         self.index = 0
         self.pending: list[Any] = []  # effects not yet answered
@@ -177,7 +177,7 @@ def test_an_uncertain_dispatch_after_a_permit_is_observed_then_unknown_never_sen
     bench.feed(ExecAnswered(dispatch.token, ExecResult("uncertain", detail="ambiguous send")))
     bench.settle()
     assert occurrence(bench).state.value == "Running"  # observed: Unknown only if it stays lost
-    deadline_s = bench.owner._work[1].deadline_s
+    deadline_s = bench.owner._attempts.work[1].deadline_s
     for i in range(3):  # polls: observe again, never dispatch again
         if i == 2:
             bench.wall_s = deadline_s
@@ -206,21 +206,21 @@ def test_an_execution_waiting_for_a_slot_at_the_worker_restarts_the_deadline() -
     dispatch = dispatched(bench)
     admit(bench, dispatch.binding)
     bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
-    first_deadline_s = bench.owner._work[1].deadline_s
+    first_deadline_s = bench.owner._attempts.work[1].deadline_s
     queued = ObserveResult("running", {"status": "running", "started_at": None})
     bench.wall_s = first_deadline_s + 5  # long past it, still queued behind the engine's slots
     observe_once(bench, queued)
     assert occurrence(bench).state.value == "Running"
-    moved_s = bench.owner._work[1].deadline_s
+    moved_s = bench.owner._attempts.work[1].deadline_s
     assert moved_s == bench.wall_s + bench.cfg.remote.timeout_seconds + 30
     started = ObserveResult("running", {"status": "running", "started_at": "2026-01-01T00:00Z"})
     bench.wall_s = moved_s - 1
     observe_once(bench, started)  # first seen started: the run's timeout began since the last
-    started_s = bench.owner._work[1].deadline_s
+    started_s = bench.owner._attempts.work[1].deadline_s
     assert started_s == bench.wall_s + bench.cfg.remote.timeout_seconds + 30
     bench.wall_s = started_s - 1
     observe_once(bench, started)  # still running: the deadline stays
-    assert bench.owner._work[1].deadline_s == started_s
+    assert bench.owner._attempts.work[1].deadline_s == started_s
     assert occurrence(bench).state.value == "Running"
     bench.wall_s = started_s
     observe_once(bench, started)
@@ -402,7 +402,7 @@ def test_a_deferred_look_still_comes_before_the_deadline() -> None:
         admit(bench, dispatch.binding)
         capacity = Capacity(1, 16, 0, room)
         bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "x", capacity=capacity)))
-    deep = bench.owner._work[3]
+    deep = bench.owner._attempts.work[3]
     fire_timers(bench)
     assert sorted(o.execution_id for o in bench.pending if isinstance(o, ObserveRequest)) == [
         execution_id(1, 1, 1),
@@ -425,7 +425,7 @@ def test_only_a_stated_null_start_moves_the_deadline(document: Any) -> None:
     dispatch = dispatched(bench)
     admit(bench, dispatch.binding)
     bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
-    bench.wall_s = bench.owner._work[1].deadline_s
+    bench.wall_s = bench.owner._attempts.work[1].deadline_s
     observe_once(bench, ObserveResult("running", document))
     assert occurrence(bench).state.value == "Unknown"
 
@@ -468,6 +468,7 @@ def gated_fence_bench() -> Bench:
     bench.owner = Owner(
         cfg=bench.cfg,
         state=bench.machine,
+        strict=True,
         gate=lambda kind: "not yet: v2 (binary 0.0.9)" if kind == "FenceDispatch" else None,
     )
     return bench
@@ -500,7 +501,7 @@ def test_a_gated_fence_at_the_deadline_is_unknown_once_then_observed_slowly() ->
     dispatch = dispatched(bench)
     # A worker that answers "accepted" but never asked for a permit, then cannot be read.
     bench.feed(ExecAnswered(dispatch.token, ExecResult("accepted", "s1-o1-a1")))
-    bench.wall_s = bench.owner._work[1].deadline_s
+    bench.wall_s = bench.owner._attempts.work[1].deadline_s
     bench.feed(TimerFired(bench.take(SetTimer).token))
     observe = bench.take(ObserveRequest)
     bench.feed(ObserveAnswered(observe.token, ObserveResult(None, detail="unreachable")))
@@ -541,7 +542,8 @@ def test_a_gated_kind_is_a_definite_refusal_and_nothing_is_proposed() -> None:
     bench.owner = Owner(
         cfg=bench.cfg,
         state=bench.machine,
-        gate=lambda kind: "waits for v2" if kind == "CreateSchedule" else None,
+        strict=True,
+        gate=lambda kind: "waits for v2" if kind == "CreateNamedSchedule" else None,
     )
     bench.acquire()
     out = bench.feed(OperatorRequest(3, OperatorCommand("create", {"definition": definition()})))
@@ -569,7 +571,7 @@ def test_the_claims_of_one_pulse_are_proposed_together() -> None:
     bench = Bench()
     bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=2))
     bench.machine = Machine(None, bench.cfg.limits)
-    bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
+    bench.owner = Owner(cfg=bench.cfg, state=bench.machine, strict=True)
     due_catch_up(bench, 4)  # four created, two claimed in the observation (the running limit)
     # Paced dispatch: the first send probes the worker alone; its answer states no capacity
     # (an older worker), so the second one follows as before pacing.
@@ -601,17 +603,17 @@ def test_a_command_on_one_schedule_updates_the_pulse_as_a_full_rebuild_would() -
         (reply,) = [e for e in bench.pending if isinstance(e, Reply) and e.request == token]
         assert reply.value["ok"] is True, reply.value
         owner = bench.owner
-        assert owner._pulse is not None
-        rebuilt = bench.machine.read(lambda st: Pulse.rebuild(st, owner._compiled))
-        assert owner._pulse._next == rebuilt._next, action
-        assert owner._pulse.next_due_s() == rebuilt.next_due_s(), action
+        assert owner._calendars.pulse is not None
+        rebuilt = bench.machine.read(lambda st: Pulse.rebuild(st, owner._calendars.compiled))
+        assert owner._calendars.pulse._next == rebuilt._next, action
+        assert owner._calendars.pulse.next_due_s() == rebuilt.next_due_s(), action
 
     for i, cron in enumerate(["* * * * *", "*/5 * * * *", "0 3 * * *"]):
         command("create", definition=definition(f"job-{i}", cron))
-    assert len(bench.owner._pulse or ()) == 3
+    assert len(bench.owner._calendars.pulse or ()) == 3
     command("update", id=1, cron="30 2 * * *")  # the earliest moves later
     command("disable", id=2)
     command("enable", id=2)
     command("delete", id=3)
     command("update", id=2, timezone="Asia/Kathmandu")
-    assert len(bench.owner._pulse or ()) == 2
+    assert len(bench.owner._calendars.pulse or ()) == 2

@@ -96,7 +96,7 @@ def test_bad_values_are_refused_naming_the_field_and_nothing_is_proposed() -> No
         cases = [
             ({"action": "renew_grant", "expires_at": "tomorrow"}, "expires_at"),
             (
-                {"action": "renew_grant", "expires_at": "2099-01-01T00:00:00Z", "session": "a b"},
+                {"action": "renew_grant", "expires_at": "2030-01-01T00:00:00Z", "session": "a b"},
                 "session",
             ),
             ({"action": "renew_grant", "expires_at": "2000-01-01T00:00:00Z"}, "expires_at"),
@@ -105,7 +105,7 @@ def test_bad_values_are_refused_naming_the_field_and_nothing_is_proposed() -> No
             ({"action": "amend_limits"}, "limits"),
             ({"action": "amend_limits", "records": 0}, "limits.records"),
             (
-                {"action": "renew_grant", "expires_at": "2099-01-01T00:00:00Z", "heap_mb": 15},
+                {"action": "renew_grant", "expires_at": "2030-01-01T00:00:00Z", "heap_mb": 15},
                 "heap_mb",
             ),
         ]
@@ -114,3 +114,70 @@ def test_bad_values_are_refused_naming_the_field_and_nothing_is_proposed() -> No
             assert reply["ok"] is False and reply["status"] == 400, (doc, reply)
             assert reply["error"]["message"].startswith(field), (doc, reply)
         assert _command(v, action="status")["contract"]["amendment"] == 0
+
+
+# ---- issue 36, finding 6: the operator's base, and the grant's horizon ------------------------
+
+
+def test_two_amendments_built_on_the_same_base_the_second_is_refused_as_stale() -> None:
+    """Two operators read ``status`` (amendment 0) and amend: the second is refused, naming the
+    amendment in force, and changes nothing; without ``base_amendment`` the owner still fills in
+    the one in force (as before)."""
+    with Voter() as v:
+        base = _command(v, action="status")["contract"]["amendment"]
+        assert base == 0
+        first = _command(v, action="amend_limits", records=8192, base_amendment=base)
+        assert first["ok"] and first["amendment"] == 1, first
+        second = _command(v, action="amend_limits", records=4000, base_amendment=base)
+        assert second["ok"] is False and second["status"] == 400, second
+        message = second["error"]["message"]
+        assert message.startswith("base_amendment") and "amendment 1" in message, message
+        assert "read status and amend again" in message
+        renew = _command(
+            v, action="renew_grant", expires_at="2027-06-01T00:00:00Z", base_amendment=base
+        )
+        assert renew["ok"] is False and "amendment 1" in renew["error"]["message"], renew
+        limits = _command(v, action="status")["contract"]["limits"]
+        assert limits["records"] == 8192  # the first stays; nothing was overwritten
+        # A base the cluster has not reached is stale as well, and so refused.
+        ahead = _command(v, action="amend_remote", worker_id="w2", base_amendment=5)
+        assert ahead["ok"] is False and "amendment 1" in ahead["error"]["message"], ahead
+        # Without a base the owner builds on the amendment in force.
+        assert _command(v, action="amend_limits", records=4000)["amendment"] == 2
+        assert _command(v, action="amend_remote", worker_id="w2", base_amendment=2)["ok"]
+
+
+def test_a_malformed_base_amendment_is_refused_naming_the_field() -> None:
+    with Voter() as v:
+        for bad in ("0", -1, True, 1.0, 2**63):
+            reply = _command(v, action="amend_limits", records=8192, base_amendment=bad)
+            assert reply["ok"] is False and reply["status"] == 400, (bad, reply)
+            assert reply["error"]["message"].startswith("base_amendment"), (bad, reply)
+        assert _command(v, action="status")["contract"]["amendment"] == 0
+        # The range's ends: INT_MAX is a well-formed base (stale here), one more is not.
+        from appliance.core.occurrence import INT_MAX
+
+        at_most = _command(v, action="amend_limits", records=8192, base_amendment=INT_MAX)
+        assert at_most["ok"] is False and "the contract in force is amendment 0" in str(at_most)
+        over = _command(v, action="amend_limits", records=8192, base_amendment=INT_MAX + 1)
+        assert over["error"]["message"] == f"base_amendment: must be between 0 and {INT_MAX}"
+        assert _command(v, action="amend_limits", records=8192, base_amendment=0)["ok"]
+
+
+def test_grant_renewal_is_bounded_by_the_documented_horizon() -> None:
+    """At most GRANT_HORIZON_DAYS_MAX days after now: exactly at it passes, a second past it
+    (and 9999-12-31) is refused naming expires_at, before anything is proposed."""
+    from appliance.core.amendments import GRANT_HORIZON_DAYS_MAX
+    from appliance.core.binding import instant_text
+
+    horizon_s = GRANT_HORIZON_DAYS_MAX * 86_400
+    assert GRANT_HORIZON_DAYS_MAX == 1826  # five years
+    with Voter(now_s=T0) as v:
+        for expires_at in ("9999-12-31T23:59:59Z", instant_text(T0 + horizon_s + 1)):
+            reply = _command(v, action="renew_grant", expires_at=expires_at)
+            assert reply["ok"] is False and reply["status"] == 400, (expires_at, reply)
+            message = reply["error"]["message"]
+            assert message.startswith("expires_at") and "1826 days" in message, message
+        assert _command(v, action="status")["contract"]["amendment"] == 0
+        at_limit = _command(v, action="renew_grant", expires_at=instant_text(T0 + horizon_s))
+        assert at_limit["ok"] and at_limit["amendment"] == 1, at_limit

@@ -78,7 +78,7 @@ def _bench(running: int = BURST) -> Bench:
     bench = Bench()
     bench.cfg = replace(bench.cfg, limits=replace(bench.cfg.limits, running=running))
     bench.machine = Machine(None, bench.cfg.limits)
-    bench.owner = Owner(cfg=bench.cfg, state=bench.machine)
+    bench.owner = Owner(cfg=bench.cfg, state=bench.machine, strict=True)
     bench.acquire()
     for i in range(BURST):
         document = definition(name=f"burst-{i}", overlap="Concurrent")
@@ -177,7 +177,7 @@ def test_an_older_worker_that_states_no_capacity_gets_everything_at_once() -> No
 
 def test_a_waiting_attempt_cancelled_is_fenced_at_the_worker_and_ends_cancelled() -> None:
     bench = _bench()
-    waiting = sorted(bench.owner._waiting)[-1]
+    waiting = sorted(bench.owner._attempts.waits.waiting_ids())[-1]
     bench.feed(OperatorRequest(9, OperatorCommand("cancel", {"occurrence_id": waiting})))
     bench.settle()
     assert bench.machine.state.occurrences[waiting].state is S.CANCELLING

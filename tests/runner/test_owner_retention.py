@@ -30,7 +30,7 @@ class SmallBench(Bench):
         super().__init__()
         self.cfg = replace(self.cfg, limits=Limits(records=1, outstanding=1, running=1))
         self.machine = Machine(None, self.cfg.limits)
-        self.owner = Owner(cfg=self.cfg, state=self.machine)
+        self.owner = Owner(cfg=self.cfg, state=self.machine, strict=True)
 
 
 def observe_once(bench: Bench, result: ObserveResult) -> ObserveRequest:

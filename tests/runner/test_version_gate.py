@@ -16,7 +16,7 @@ def gate_holding_back(kind: str):  # type: ignore[no-untyped-def]
 
 
 def test_a_gated_kind_is_refused_definitely_and_never_proposed() -> None:
-    with Voter(gate=gate_holding_back("CreateSchedule")) as v:
+    with Voter(gate=gate_holding_back("CreateNamedSchedule")) as v:
         log_before = v.storage.last_index()
         reply = v.command(json.dumps({"action": "create", "definition": definition()}))
         assert reply["ok"] is False and reply["status"] == 400

@@ -19,7 +19,7 @@ import pytest
 from appliance.core import state as core
 from appliance.core import txn
 from appliance.core.runner_parts import AdmissionRecord
-from appliance.owner import owner as owner_module
+from appliance.owner import attempts as attempts_module
 from appliance.sim.system import checkers
 from appliance.sim.system.world import SystemOptions, SystemResult, run_system_seed
 
@@ -78,12 +78,12 @@ def test_a_fence_that_trusts_the_owners_view_over_a_permit_is_caught(
 ) -> None:
     # The bug: the owner believes no permit exists and the fence's apply no longer checks, so an
     # admitted attempt of a worker that stopped answering is fenced and run again elsewhere.
-    real_committed = owner_module.Owner._committed
+    real_committed = attempts_module.Attempts._committed
 
     def blind(self, work, record):  # type: ignore[no-untyped-def]
         return replace(real_committed(self, work, record), permit=None)
 
-    monkeypatch.setattr(owner_module.Owner, "_committed", blind)
+    monkeypatch.setattr(attempts_module.Attempts, "_committed", blind)
     fence, grows = txn._APPLY[core.FenceDispatch]
 
     def unchecked(t, command):  # type: ignore[no-untyped-def]

@@ -27,10 +27,11 @@ from appliance.core import claims as core_claims
 from appliance.core import live_code, policy_apply, txn
 from appliance.core import state as core
 from appliance.core.occurrence import Occurrence
-from appliance.core.state_model import payload_digest
+from appliance.owner import attempts as owner_attempts
 from appliance.owner import dispatch_outcome, ownership
 from appliance.owner import owner as owner_module
 from appliance.owner.worker_answers import CancelResult
+from appliance.protocol.v1 import payload_sha256
 from appliance.sim.system import checkers, voter, worker_process, world
 from appliance.sim.system.config import liveness_ms_for
 from appliance.sim.system.world import SystemResult, run_system_seed
@@ -225,14 +226,14 @@ def test_an_owner_that_reports_cancelled_before_the_engine_confirmed_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The bug: the worker's "stopping" (the engine has not confirmed the stop) read as "stopped".
-    original = owner_module.Owner._cancel_done
+    original = owner_attempts.Attempts._cancel_done
 
     def eager(self, work, result):
         if isinstance(result, CancelResult) and result.result == "stopping":
             result = CancelResult("stopped", result.report, result.detail)
         return original(self, work, result)
 
-    monkeypatch.setattr(owner_module.Owner, "_cancel_done", eager)
+    monkeypatch.setattr(owner_attempts.Attempts, "_cancel_done", eager)
     # First caught at seed 21: the operator also pauses and disables, so fewer cancels meet
     # running work than when it only cancelled.
     caught = _first_failure(30)
@@ -308,7 +309,7 @@ def test_a_claim_with_the_newest_code_after_an_update_is_caught(
     monkeypatch.setattr(
         core_admission,
         "digest_for",
-        lambda schedule, oid: payload_digest(schedule.definition.code),
+        lambda schedule, oid: payload_sha256(schedule.definition.code),
     )
     caught = _first_failure(MUTATION_SEEDS_CODE)
     assert caught is not None, f"no seed of {MUTATION_SEEDS_CODE} caught it"

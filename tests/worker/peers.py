@@ -225,6 +225,7 @@ class WorkerProcess:
         crash_at: str | None = None,
         engine: dict[str, Any] | None = None,
         extra_env: dict[str, str] | None = None,
+        extra_config: dict[str, Any] | None = None,
     ) -> None:
         tmp.mkdir(parents=True, exist_ok=True)
         self.data_dir = tmp / "data"
@@ -238,6 +239,7 @@ class WorkerProcess:
             "admission_urls": admission_urls,
             "listen_addr": f"127.0.0.1:{self.port}",
             "engine": engine or {"max_concurrent": 2, "max_queued": 2},
+            **(extra_config or {}),
         }
         self.config_path = tmp / "worker.json"
         self.config_path.write_text(json.dumps(config))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,65 @@ def test_a_running_worker_takes_new_admission_urls_on_sighup(tmp_path: Path, pee
         assert len(owner.requests) == 1
         _hup_and_wait(worker, "SIGHUP: config reloaded, admission_urls unchanged")
         assert worker.proc.poll() is None  # SIGHUP reloads; it does not end the process
+
+
+# ---- issue 36, finding 3: a config path that is not a regular file ----------------------------
+
+STOP_WITHIN_S = 20.0
+
+
+def test_sighup_with_a_fifo_config_is_refused_and_sigterm_still_stops_the_worker(
+    tmp_path: Path,
+) -> None:
+    """The config path replaced by a FIFO (nobody writes to it): the reload refuses it without
+    blocking, the worker keeps serving, a later SIGHUP is still answered, and SIGTERM stops it.
+    Before, the main thread blocked in ``open()`` and ignored SIGTERM for good."""
+    with running_worker(tmp_path, [f"http://127.0.0.1:{closed_port()}"]) as worker:
+        worker.config_path.unlink()
+        os.mkfifo(worker.config_path)
+        _hup_and_wait(worker, "SIGHUP: config not reloaded: $: ")
+        assert "is not a regular file (a FIFO)" in worker.log()
+        assert worker.observe("s1-o1-a1").status == 404  # still serving
+        _hup_and_wait(worker, "is not a regular file (a FIFO)")  # and still answering SIGHUP
+        worker.proc.send_signal(signal.SIGTERM)
+        assert worker.wait_exit(STOP_WITHIN_S) == 0
+
+
+def test_a_fresh_start_refuses_a_config_that_is_not_a_regular_file(tmp_path: Path) -> None:
+    from tests.worker.test_startup import TOKENS, start
+
+    fifo = tmp_path / "worker.json"
+    os.mkfifo(fifo)
+    result = start(TOKENS, "--config", str(fifo), timeout_seconds=STOP_WITHIN_S)
+    assert result.returncode == 2, result.stderr
+    assert f"config: $: {fifo} is not a regular file (a FIFO)" in result.stderr
+    result = start(TOKENS, "--config", str(tmp_path), timeout_seconds=STOP_WITHIN_S)
+    assert result.returncode == 2 and "is not a regular file (a directory)" in result.stderr
+    assert not (tmp_path / "data").exists()
+
+
+def test_a_reload_that_blocks_never_holds_the_caller_and_one_runs_at_a_time(caplog) -> None:
+    """A hung network file system blocks ``open()``/``read()`` whatever the flags: the reload
+    runs on its own thread, so the main thread's request returns at once; a SIGHUP meanwhile is
+    ignored (and said), and once the blocked read ends the next one runs again."""
+    import threading
+
+    from appliance.worker.reload import BackgroundReload
+
+    release = threading.Event()
+    started: list[int] = []
+
+    def blocked_reload() -> None:
+        started.append(1)
+        release.wait(30)
+
+    reloads = BackgroundReload(blocked_reload)
+    assert reloads.request() is True
+    wait_for(lambda: started or None, "the reload thread started", 5)
+    with caplog.at_level("WARNING", logger="appliance.worker"):
+        assert reloads.request() is False
+    assert "SIGHUP: ignored: the previous reload has been reading" in caplog.text
+    assert started == [1]
+    release.set()
+    assert reloads.wait(5)
+    assert reloads.request() is True and reloads.wait(5) and started == [1, 1]

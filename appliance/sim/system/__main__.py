@@ -3,7 +3,9 @@
 Runs N consecutive seeds of the whole-system simulator (appliance/sim/system/world.py); every
 failure prints its seed, the rule it broke and the command that replays it. The last line sums
 the runs: occurrences by final state, permits, launches, and ``Unknown`` occurrences with and
-without a committed permit (issue 23). Exit status 1 if any seed failed.
+without a committed permit (issue 23). The owners run strict: an exception inside one fails its
+seed (``--lenient``: logged as ``loop_error`` and counted, as production does). Exit status 1 if
+any seed failed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="do not fail an Unknown occurrence that has no committed permit (by default it "
         "fails the seed: the owner fences such attempts, issue 23)",
+    )
+    parser.add_argument(
+        "--lenient",
+        action="store_true",
+        help="production's behaviour for an exception inside an owner: logged as loop_error "
+        "and the run goes on (by default the owners run strict and it fails the seed, issue 31)",
     )
     parser.add_argument(
         "--records",
@@ -68,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.liveness_ms is None
         else args.liveness_ms,
         strict_unknown=not args.allow_unknown_without_permit,
+        strict=not args.lenient,
         records=args.records,
         schedules=args.schedules,
         time_scale=args.time_scale,
@@ -88,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, count in result.reached.items():  # the fleet at work (issue 33)
                 if name.startswith("fleet:"):
                     totals[name] += count
-        for name in ("exec_replayed", "exec_retired", "observe_retired"):
+
+        for name in ("exec_replayed", "exec_retired", "observe_retired", "loop_error"):
             totals[name] += result.reached.get(name, 0)
         totals["unknown_with_permit"] += result.unknown_with_permit
         totals["unknown_without_permit"] += result.unknown_without_permit
@@ -120,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{' --fleet' if args.fleet else ''}"
                 f" --time-scale {args.time_scale:g}"
                 f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
+                f"{' --lenient' if args.lenient else ''}"
                 " --verbose"
             )
     elapsed_s = time.monotonic() - started

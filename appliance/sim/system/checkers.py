@@ -29,6 +29,10 @@ granted, and every launch the engines saw. Each rule is checked where it can fir
   ``Cancelling``; every replica is byte-identical to the reference; every committed schedule is
   still there. The run also counts ``Unknown`` occurrences with and without a committed permit
   (issue 23); ``strict_unknown`` fails any without one.
+
+And everywhere: an exception raised inside an owner is a bug (issue 31). The owners run strict
+(``SystemOptions.strict``), so it leaves ``Owner.handle`` and the voter's driver reports it as a
+violation (``RULE_OWNER_RAISED``) with the seed, instead of a ``loop_error`` nobody counts.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ from appliance.core.errors import CoreError
 from appliance.core.limits import Limits
 from appliance.core.pause import Resume
 from appliance.core.runner_parts import admission_of
-from appliance.core.state_model import payload_digest
+from appliance.owner.pacing import PACING_PROBE
+from appliance.protocol.v1 import payload_sha256
 from appliance.runner.machine import Accepted, Machine, decode_command
 from appliance.worker.memory_store import MemoryDisk
 
@@ -57,6 +62,7 @@ RULE_RUN_NOW_ONCE = "one occurrence per run_now request id"
 RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
 RULE_PACED = "a paced owner sends no more than the worker takes"
+RULE_OWNER_RAISED = "no exception inside an owner"
 RULE_ONE_WORKER = "an invocation is consumed on at most one worker, ever"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
@@ -118,7 +124,7 @@ class Ledger:
             record = state.occurrences[oid]
             schedule = state.schedules.get(record.schedule_id)
             if schedule is not None:
-                self.created_digest[oid] = payload_digest(schedule.definition.code)
+                self.created_digest[oid] = payload_sha256(schedule.definition.code)
         if isinstance(command, core.Admit):
             self._check_digest(command.binding.occurrence_id, command.binding.payload_sha256)
         if isinstance(command, core.RunNow):
@@ -363,14 +369,14 @@ class Ledger:
             self._check_paced(owner, worker)
 
     def _check_paced(self, owner: Any, worker: str | None) -> None:
-        pace = owner._fleet.pace(worker or owner._only_worker())
-        if pace.mode == "probe":
+        pacing = owner.pacing_for(worker)
+        if pacing.mode == PACING_PROBE:
             if owner.execs_outstanding(worker) > 1:
                 raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
             return
-        window = owner._window(worker)
+        window = pacing.window()
         in_flight = owner.in_flight(worker)
-        capacity = pace.capacity
+        capacity = pacing.capacity
         stated = (
             None
             if capacity is None
@@ -395,6 +401,8 @@ class Ledger:
             "placement_found",
         ):
             self.events[f"fleet:{event}"] += 1
+        elif event == "loop_error":  # only a lenient run gets here: a strict one fails at once
+            self.events["loop_error"] += 1
 
     def summarize(self, result: SystemResult) -> None:
         occurrences = self.reference.state.occurrences.values()

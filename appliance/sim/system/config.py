@@ -53,6 +53,9 @@ class SystemOptions:
     time_scale: float = 6.0
     faults: bool = True
     strict_unknown: bool = True  # issue 23: fail any Unknown without a committed permit
+    # Issue 31: an exception inside an owner fails the seed. False: production's behaviour
+    # (logged as loop_error, the decision dropped, the run goes on).
+    strict: bool = True
     timeout_seconds: int = 20  # the remote grant's engine timeout (wall seconds)
     # Retention profile (issue 19): a records limit this small retires records within a run, so
     # the owners state a rising floor W and the worker prunes; its faults also replay exec

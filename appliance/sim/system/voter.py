@@ -7,6 +7,7 @@ See appliance/sim/system/world.py for the theory of operation.
 from __future__ import annotations
 
 import random
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from appliance.raft.messages import EntryKind
 from appliance.raft.send_order import may_send_before_persist
 from appliance.runner.admission import parse_admit
 from appliance.runner.machine import Machine, encode_command
+from appliance.sim.system.checkers import RULE_OWNER_RAISED, Violation
 from appliance.sim.system.config import (
     ADMISSION_ROUTE_MS_MAX,
     PROPOSAL_TIMEOUT_MS,
@@ -89,6 +91,7 @@ class Voter:
             state=self.machine,
             time_scale=sim.options.time_scale,
             unknown_poll_s=2.0,
+            strict=sim.options.strict,
         )
         self.pending.clear()
         self.barriers.clear()
@@ -211,9 +214,14 @@ class Voter:
         if owner is None:
             return
         wall_s = self.clock.wall_s()
-        effects = owner.handle(event, wall_s)
-        if not isinstance(event, ev.Tick):
-            effects += owner.handle(ev.Tick(), wall_s)
+        try:
+            effects = owner.handle(event, wall_s)
+            if not isinstance(event, ev.Tick):
+                effects += owner.handle(ev.Tick(), wall_s)
+        except Violation:
+            raise
+        except Exception as exc:  # strict owners raise what production logs as loop_error
+            raise Violation(RULE_OWNER_RAISED, f"{self.id} on {event!r}: {raised(exc)}") from exc
         self.sim.ledger.on_owner_turn(owner, effects)
         incarnation = self.incarnation
         for effect in effects:
@@ -357,6 +365,13 @@ class Voter:
                 self._answer_admission(request, value)
             return
         self.sim.operator_replies[request] = value
+
+
+def raised(exc: BaseException) -> str:
+    """The exception and where it was raised (the innermost frame), for the seed's report."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+    return f"{exc!r}{where}"
 
 
 def _uncertain() -> dict[str, Any]:

@@ -3,7 +3,8 @@
 Where each piece is kept (docs/management.md "What ran"): the checkpoint keeps only the short
 ``failure_reason`` of an occurrence (``appliance.owner.report_text.failure_reason``, e.g.
 ``uncaught exception: Error: boom``). The completion value, the thrown error's message and stack,
-the console output and the timings live with the execution at the worker (its store's execution
+the console output, the timings and the egress records (issue 32) live with the execution at
+the worker (its store's execution
 record) and are fetched on demand through the executions route, like output always was; they
 are kept as long as the worker keeps the execution (the worker's retention must not prune an
 execution before its occurrence leaves the runner's retention).
@@ -16,12 +17,13 @@ split into its message line and its stack, and the run's duration from its two i
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from appliance.egress.record import bounded_report
 from appliance.owner.report_text import retry_note
+from appliance.protocol.v1 import invocation_of
 
 VALUE_JSON_BYTES_MAX: Final = 16 * 1024
 STACK_BYTES_MAX: Final = 8 * 1024
@@ -93,17 +95,19 @@ def attempt_report(document: Mapping[str, Any]) -> dict[str, Any]:
             "bytes": raw_bytes,
             "truncated": bool(output.get("truncated")) or cut,
         },
+        # Each request the script made outside (issue 32), bounded; None without egress.
+        "egress": bounded_report(document.get("egress")),
     }
 
 
 ATTEMPTS_FETCHED_MAX: Final = 5  # the newest dispatched attempts whose reports are fetched
-_EXECUTION_ID: Final = re.compile(r"^s[0-9]+-o[0-9]+-a([0-9]+)$")
 
 
 def attempt_of(execution_id: str) -> int | None:
-    """The attempt number in a derived execution id (``s1-o2-a3`` → 3)."""
-    match = _EXECUTION_ID.match(execution_id)
-    return int(match.group(1)) if match else None
+    """The attempt number in a derived execution id (``s1-o2-a3`` → 3), by the wire's grammar
+    (appliance/protocol/v1.py); None for anything else."""
+    invocation = invocation_of(execution_id, namespace="-")
+    return invocation.attempt if invocation is not None else None
 
 
 def dispatched_attempts(detail: Mapping[str, Any]) -> list[dict[str, Any]]:
