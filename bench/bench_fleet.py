@@ -127,6 +127,9 @@ def burst(workers: int, args: argparse.Namespace) -> dict[str, Any]:
         "last_finished_s": max(finished) if finished else None,
         "capacity_waits": sum(1 for e in events if e.get("event") == "capacity_wait"),
         "fenced": sum(1 for e in events if e.get("event") == "dispatch_fenced"),
+        "unreachable_fenced": sum(1 for e in events if e.get("event") == "unreachable_fenced"),
+        # A takeover fences every unadmitted claim (each runs again as attempt 2).
+        "ownership_acquired": sum(1 for e in events if e.get("event") == "ownership_acquired"),
         "load_at_due": [round(x, 2) for x in load_at_due],
         "cpu_s": cpu_s,
         "cpu_ms_per_occurrence": round(1000 * sum(cpu_s.values()) / max(len(occurrences), 1), 1),

@@ -73,6 +73,9 @@ part (module)               its one job
                             from each answer), keeps ``CapacityWaits``, commits through
                             ``Commits``
 ``Requests`` (requests.py)  admission requests and operator commands
+``FleetDecisions``          the fleet (issue 33): which worker a claim binds (placement), the
+(fleet_decisions.py)        workers' health timer, probes, the fence of an unreachable
+                            worker's attempts without a permit
 ``Owner`` (this module)     events in, effects out; leadership, acquisition, pulse, claims
 ==========================  ===================================================================
 
