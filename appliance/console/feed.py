@@ -38,6 +38,7 @@ from typing import Any, Final, Protocol
 
 from appliance.console.views import rfc3339
 from appliance.core.occurrence import Occurrence, OccurrenceState
+from appliance.metrics.voter import observe_execution
 from appliance.owner.binding import execution_id
 
 log = logging.getLogger("appliance.console.feed")
@@ -223,7 +224,7 @@ class RunnerStateSource:
             sent = self._sent.get(occurrence_id)
         if sent is not None and sent[0] == eid and sent[1] < 0:
             return  # its final output was sent already
-        observed = self._runner.worker.observe(eid)
+        observed = observe_execution(self._runner, eid)  # a fleet: the worker that ran it
         document = observed.document if observed.status else None
         if not isinstance(document, dict):
             return

@@ -39,7 +39,8 @@ from appliance.metrics.voters import VoterProbe
 from appliance.owner.binding import execution_id
 from appliance.owner.binding import execution_id as execution_id_of
 from appliance.owner.contract_state import remote_in_force
-from appliance.protocol.v1 import EXECUTIONS_PREFIX
+from appliance.owner.worker_answers import ObserveResult
+from appliance.protocol.v1 import EXECUTIONS_PREFIX, invocation_of
 from appliance.secret import Secret
 
 T = TypeVar("T")
@@ -483,6 +484,18 @@ def observe_at(runner: Any, execution_id: str, first: str | None) -> tuple[str |
     if anywhere is not None:
         return anywhere(execution_id, first)  # type: ignore[no-any-return]
     return None, runner.worker.observe(execution_id)
+
+
+def observe_execution(runner: Any, execution_id: str) -> Any:
+    """The worker's answer about ``execution_id``, asked of the worker its occurrence's claim
+    binds first (a fleet, issue 33), then of the others; the one worker's otherwise."""
+    invocation = invocation_of(execution_id, "")
+    first = None
+    if invocation is not None:
+        oid = invocation.occurrence_id
+        first = runner.machine.read(lambda st: claim_worker(st, oid))
+    answer = observe_at(runner, execution_id, first)[1]
+    return answer if answer is not None else ObserveResult(None, detail="no worker answered")
 
 
 def claim_worker(st: core.SchedulerState, occurrence_id: int) -> str | None:
