@@ -3,11 +3,11 @@
 Theory of operation (issue 33, "Failover without a second run")
 ----------------------------------------------------------------
 Pacing (appliance/owner/pacing.py) and observation are per worker: each worker states its own
-capacity, so each has its own :class:`WorkerPace` (probe, paced or off), learnt from its own
-answers. Reachability is learnt the same way, from every call the owner makes to the worker
-(exec, observation, cancel, and the probes below): any protocol-1 answer — a refusal and a
-``404`` included — proves it answers; a failed connection, a timeout, a reset or an answer that is
-not protocol 1 is a *failure*.
+capacity, so each has its own ``Pacing`` (probe, paced or off), learnt from its own answers.
+Reachability is learnt the same way, from every call the owner makes to the worker (exec,
+observation, cancel, and the probes below): any protocol-1 answer — a refusal and a ``404``
+included — proves it answers; a failed connection, a timeout, a reset or an answer that is not
+protocol 1 is a *failure*.
 
 "Stops answering" is a threshold, not one lost reply: a worker is **unreachable** once at least
 ``UNREACHABLE_FAILURES`` calls failed in a row *and* ``UNREACHABLE_AFTER_S`` real seconds passed
@@ -20,7 +20,7 @@ A failing or unreachable worker is probed every ``PROBE_EVERY_S``, and in a flee
 one an idle worker every ``IDLE_PROBE_S`` (so a worker that died while idle is found before work is
 placed on it, and every worker hears the committed retention floor W, which a probe carries like
 any observation). A probe is an observation of ``PROBE_EXECUTION_ID``, an execution no claim can
-have (occurrence 0): the worker answers 404 and nothing changes there.
+have (occurrence 0): the worker answers ``410 retired`` (or 404) and nothing changes there.
 
 When a worker turns unreachable the owner fences its attempts that hold **no committed permit**
 with ``FenceDispatch`` — the apply refuses it if a permit exists, checked at apply, not from this
@@ -31,7 +31,9 @@ outcome wins when the worker answers again. A worker that comes back refuses the
 (its permit request is answered ``fenced``) and prunes them below W as usual.
 
 Everything here is owner memory (never replicated): a new owner starts with every worker unknown
-and learns again. Pure: instants come from the owner's events.
+and learns again. Pure: instants come from the owner's events. The decisions that use it — the
+placement, the timer, the probes — are ``FleetDecisions`` (appliance/owner/fleet_decisions.py);
+the fence is ``Attempts.fence_unreachable`` (appliance/owner/attempts.py).
 """
 
 from __future__ import annotations
