@@ -287,3 +287,10 @@ def test_attempts_waiting_for_an_unreachable_workers_capacity_are_fenced_and_run
             record = v.wait_state(oid, "Succeeded")
             assert record.attempt == 2 and record.retries_used == 0  # a fence spends no retry
             assert [b["attempt"] for b in v.fleet.execs("w1") if b["occurrence_id"] == oid] == [2]
+        # w2 comes back and asks for the permit of the attempt fenced while it was away: refused,
+        # so it never launches it (the fence, checked by the Admit apply).
+        oid = waiting_on_w2[0]
+        rerun = next(b for b in v.fleet.execs("w1") if b["occurrence_id"] == oid)
+        stale = {**rerun, "attempt": 1, "worker_id": "w2"}
+        status, body = v.runner.admit(stale, "w2-back")
+        assert status == 403 and body["error"]["code"] == "fenced", body
