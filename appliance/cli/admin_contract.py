@@ -55,8 +55,14 @@ def _label(text: str) -> tuple[str, str]:
     return name, value
 
 
+def _worker_id(parser: argparse.ArgumentParser, what: str) -> None:
+    """The worker's id, positional or as ``--worker-id`` (either spelling)."""
+    parser.add_argument("worker_id", nargs="?", metavar="WORKER_ID", help=what)
+    parser.add_argument("--worker-id", dest="worker_id_flag", metavar="WORKER_ID", help=what)
+
+
 def _add_worker(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("worker_id", metavar="WORKER_ID", help="the new worker's worker_id")
+    _worker_id(parser, "the new worker's worker_id")
     parser.add_argument(
         "--url", required=True, metavar="URL", help="its origin, http(s)://host[:port]"
     )
@@ -79,7 +85,7 @@ def _add_worker(parser: argparse.ArgumentParser) -> None:
 
 
 def _worker(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("worker_id", metavar="WORKER_ID", help="a worker of the fleet")
+    _worker_id(parser, "a worker of the fleet")
 
 
 def _limits(parser: argparse.ArgumentParser) -> None:
@@ -206,6 +212,11 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 def command_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The command's fields from the flags given (the ones left out are not sent)."""
+    flag = getattr(args, "worker_id_flag", None)
+    if flag is not None:
+        if getattr(args, "worker_id", None) not in (None, flag):
+            raise SystemExit("appliance: give the worker id once (WORKER_ID or --worker-id)")
+        args.worker_id = flag
     fields = {
         field: getattr(args, field)
         for field in _FIELDS[args.ops_action]
@@ -216,7 +227,17 @@ def command_fields(args: argparse.Namespace) -> dict[str, Any]:
     return fields
 
 
-AMENDMENTS: Final = frozenset({"renew_grant", "amend_remote", "amend_limits"})
+AMENDMENTS: Final = frozenset(
+    {
+        "renew_grant",
+        "amend_remote",
+        "amend_limits",
+        "add_worker",
+        "drain_worker",
+        "undrain_worker",
+        "remove_worker",
+    }
+)
 STATUS_PATH: Final = "/scheduler/v1/status"
 
 

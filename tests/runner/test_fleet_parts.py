@@ -260,6 +260,8 @@ def test_the_admin_verbs_build_the_table_commands() -> None:
     ):
         parsed = parser.parse_args(["admin", verb, "w3"])
         assert (parsed.ops_action, command_fields(parsed)) == (action, {"worker_id": "w3"})
+    flagged = parser.parse_args(["admin", "remove-worker", "--worker-id", "w3"])
+    assert command_fields(flagged) == {"worker_id": "w3"}
     with pytest.raises(SystemExit):
         parser.parse_args(["admin", "add-worker", "w3", "--url", "x", "--label", "nolabel"])
 
