@@ -20,9 +20,10 @@ and the largest whole number that keeps the scaled deadline no shorter than the 
 timeout for ``sustained`` (scale 10: 3, the deadline (3 + 30) / 10 = 3.3 real seconds). The
 worker runs ``max_concurrent: 4``; its queue is the default 16 for ``sustained`` and raised to the
 burst (at most 1,024) for ``burst`` unless ``--max-queued`` says otherwise. ``burst`` also reports
-the CPU seconds of every cluster process from the minute until it settled. The baseline
-(``--baseline-ref``, default ``de4ae23``, main before this) is extracted with ``git archive`` and
-run by the same interpreter from its own tree.
+the CPU seconds of every cluster process from the minute until it settled, and prints issue 37's
+targets for both sides with the load average. The baseline (``--baseline-ref``, default
+``08f87a9``, main before issue 37) is extracted with ``git archive`` and run by the same
+interpreter from its own tree.
 
     .venv/bin/python bench/bench_burst.py --scenario burst
     .venv/bin/python bench/bench_burst.py --scenario sustained --seconds 600
@@ -356,8 +357,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=600.0)
     parser.add_argument("--time-scale", type=float, default=10.0, help="sustained only")
     parser.add_argument("--settle-s", type=float, default=180.0)
-    # main before paced dispatch and group commit (issue 17 item 2 and the throughput)
-    parser.add_argument("--baseline-ref", default="de4ae23")
+    # main before issue 37 (the cost of a commit and of an occurrence)
+    parser.add_argument("--baseline-ref", default="08f87a9")
     parser.add_argument("--only", choices=("this", "baseline"), default=None)
     parser.add_argument(
         "--max-queued",
@@ -376,15 +377,54 @@ def main() -> int:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    print(f"{args.scenario}: this checkout {head} against baseline {baseline[:10]}", flush=True)
+    print(
+        f"{args.scenario}: this checkout {head} against baseline {baseline[:10]}; "
+        f"loadavg at start: {read_loadavg()}",
+        flush=True,
+    )
     run = burst_run if args.scenario == "burst" else sustained_run
+    results: dict[str, dict[str, Any]] = {}
     for which, ref in (("this", None), ("baseline", baseline)):
         if args.only not in (None, which):
             continue
         with tree_of(ref) as tree:
             result = run(f"{which} ({head if ref is None else ref[:10]})", tree, args)
+        result["loadavg_after"] = read_loadavg()
+        results[which] = result
         print(json.dumps(result), flush=True)
+    if args.scenario == "burst":
+        print_burst_targets(results)
     return 0
+
+
+def read_loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def print_burst_targets(results: dict[str, dict[str, Any]]) -> None:
+    """Issue 37's burst targets for each side, and this checkout against the baseline."""
+    rows = [
+        ("last finished (s after the minute)", "last_finished_s", 8.0),
+        ("CPU ms per occurrence, all processes", "cpu_ms_per_occurrence", 12.0),
+        ("Unknown", "unknown", 0),
+    ]
+    print()
+    print("| target | bound | this | baseline | this / baseline | met (this) |")
+    print("|---|---|---|---|---|---|")
+    for name, key, bound in rows:
+        ours = results.get("this", {}).get(key)
+        theirs = results.get("baseline", {}).get(key)
+        ratio = f"{ours / theirs:.2f}" if ours and theirs else "-"
+        met = "-" if ours is None else ("met" if ours <= bound else "NOT met")
+        print(f"| {name} | ≤ {bound} | {ours} | {theirs} | {ratio} | {met} |")
+    for which, result in results.items():
+        cpu = result.get("cpu_s") or {}
+        n = max(result.get("occurrences") or 1, 1)
+        split = ", ".join(f"{role} {1000 * s / n:.2f}" for role, s in sorted(cpu.items()))
+        print(
+            f"{which}: CPU ms per occurrence by process: {split}; load at the minute "
+            f"{result.get('load_at_due')}, after {result.get('loadavg_after')}"
+        )
 
 
 if __name__ == "__main__":

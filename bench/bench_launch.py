@@ -94,9 +94,9 @@ class TimedEngine(Engine):
         self.running_at: dict[str, float] = {}
         self.add_listener(self._on_report)
 
-    def _submit(self, reservation: Any, request: Any) -> ExecutionReport:
+    def submit_reserved(self, reservation: Any, request: Any) -> ExecutionReport:
         self.submitted_at[request.execution_id] = time.perf_counter()
-        return super()._submit(reservation, request)
+        return super().submit_reserved(reservation, request)
 
     def _on_report(self, report: ExecutionReport) -> None:
         if report.status is ExecutionStatus.RUNNING and report.started_at is not None:
@@ -156,6 +156,7 @@ def service_run(label: str, args: argparse.Namespace, child_executions_max: int)
             max_concurrent=ENGINE["max_concurrent"],
             max_queued=ENGINE["max_queued"],
             child_executions_max=child_executions_max,
+            executions_per_child=config.engine.executions_per_child,  # as the worker does
         )
         client = HttpClient()
         permits = AdmissionClient(

@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import shutil
@@ -42,15 +44,17 @@ import signal
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ENV = {"ADMISSION_TOKEN": "a" * 24, "CLUSTER_TOKEN": "c" * 24, "WORKER_TOKEN": "w" * 24}
+BENCH_TOKEN = "b" * 24  # the bench client endpoint's bearer (a baseline voter's ignores it)
 IDS = ["n1", "n2", "n3"]
 START_TIMEOUT_S = 30.0
 FAILOVER_TIMEOUT_S = 30.0
@@ -91,70 +95,75 @@ def serve_bench_client(
 ) -> Any:
     """The bench-only client endpoint of a voter process: ``POST /propose`` (answer once the
     body is committed and applied; 421 when not leader), ``POST /load`` (proposers as threads
-    inside this process, as the runner proposes: no client hop) and ``GET /status``."""
-    import falcon
+    inside this process, as the runner proposes: no client hop), ``GET /status`` and
+    ``GET /threads``.
 
-    from appliance.http import HttpServer
+    Plain handlers on a ``DirectServer`` (appliance/http/direct_server.py, bearer
+    ``BENCH_TOKEN``), as a voter serves its cluster port: the appliance has no client API that
+    proposes, so this stands for the leanest one it could have, next to etcd's gateway."""
+    from appliance.config.credentials import Secret
+    from appliance.http.auth import BearerAuth
+    from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer
 
-    class Propose:
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            body = req.bounded_stream.read(req.content_length or 0)
-            started = time.perf_counter()
-            try:
-                index = propose(body)
-            except NotLeaderHere:
-                resp.status = falcon.HTTP_421
-                resp.data = b""
-                return
-            except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
-                resp.status = falcon.HTTP_503
-                resp.data = repr(exc).encode()
-                return
-            # the commit as the leader itself sees it: without the bench client's HTTP hop
-            inner_ms = (time.perf_counter() - started) * 1000
-            resp.data = f"{index} {inner_ms:.4f}".encode()
+    def on_propose(request: DirectRequest) -> DirectReply:
+        started = time.perf_counter()
+        try:
+            index = propose(request.body)
+        except NotLeaderHere:
+            return DirectReply(421)
+        except Exception as exc:  # lost, timed out, stopped: the client retries elsewhere
+            return DirectReply(503, repr(exc).encode())
+        # the commit as the leader itself sees it: without the bench client's HTTP hop
+        inner_ms = (time.perf_counter() - started) * 1000
+        return DirectReply(200, f"{index} {inner_ms:.4f}".encode())
 
-    class Load:
-        def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-            spec = json.loads(req.bounded_stream.read(req.content_length or 0))
-            latencies: list[float] = []
-            failed = [0]
+    def on_load(request: DirectRequest) -> DirectReply:
+        spec = json.loads(request.body)
+        latencies: list[float] = []
+        failed = [0]
 
-            def proposer(p: int) -> None:
-                for n in range(spec["count"]):
-                    started = time.perf_counter()
-                    try:
-                        propose(b"load-%d-%d" % (p, n))
-                    except Exception:
-                        failed[0] += 1
-                        continue
-                    latencies.append((time.perf_counter() - started) * 1000)
+        def proposer(p: int) -> None:
+            for n in range(spec["count"]):
+                started = time.perf_counter()
+                try:
+                    propose(b"load-%d-%d" % (p, n))
+                except Exception:
+                    failed[0] += 1
+                    continue
+                latencies.append((time.perf_counter() - started) * 1000)
 
-            started = time.perf_counter()
-            count = spec["proposers"]
-            threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            elapsed_s = time.perf_counter() - started
-            resp.media = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+        started = time.perf_counter()
+        count = spec["proposers"]
+        threads = [threading.Thread(target=proposer, args=(p,)) for p in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        elapsed_s = time.perf_counter() - started
+        document = {"latencies_ms": latencies, "elapsed_s": elapsed_s, "failed": failed[0]}
+        return json_reply(document)
 
-    class Status:
-        def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
-            resp.media = status()
+    def json_reply(document: Any) -> DirectReply:
+        return DirectReply(200, json.dumps(document).encode(), "application/json")
 
-    app = falcon.App()
-    app.add_route("/propose", Propose())
-    app.add_route("/status", Status())
-    app.add_route("/load", Load())
-    return HttpServer(
-        app,
+    routes = {
+        "/propose": {"POST": on_propose},
+        "/load": {"POST": on_load},
+        "/status": {"GET": lambda request: json_reply(status())},
+        # thread id -> name (bench_commit_cost.py reports CPU per thread)
+        "/threads": {
+            "GET": lambda request: json_reply(
+                {str(t.native_id): t.name for t in threading.enumerate()}
+            )
+        },
+    }
+    return DirectServer(
+        routes,
+        gate=BearerAuth({"bench": Secret(BENCH_TOKEN)}, {"bench"}, surface="bench client"),
         host="127.0.0.1",
         port=client_port,
         name="bench client",
         body_bytes_max=65536,
-        threads=16,
     )
 
 
@@ -322,6 +331,7 @@ class Cluster:
 
 class RaftCluster(Cluster):
     label = "built-in Raft"
+    tree = Path(__file__).resolve().parent.parent  # whose code the voters run
 
     def start(self) -> None:
         from tests.replication.test_raft_member import runner_doc
@@ -335,16 +345,21 @@ class RaftCluster(Cluster):
             doc.update(self.extra_config(node_id))
             config = self.root / f"{node_id}.json"
             config.write_text(json.dumps(doc))
-            argv = [sys.executable, __file__, "--voter", str(config)]
+            script = self.tree / "bench" / "bench_raft_vs_etcd.py"
+            argv = [sys.executable, str(script), "--voter", str(config)]
             argv += ["--client-port", str(self.client_port[node_id])]
-            self._spawn(node_id, argv, {**os.environ, **ENV, "PYTHONPATH": str(REPO)})
+            self._spawn(node_id, argv, {**os.environ, **ENV, "PYTHONPATH": str(self.tree)})
 
     def put(self, client: Any, name: str, value: bytes, timeout_ms: int = 5_000) -> bool:
         from appliance.http import ClientError
 
         try:
             response = client.request(
-                "POST", self.url(name, "/propose"), body=value, read_timeout_ms=timeout_ms
+                "POST",
+                self.url(name, "/propose"),
+                body=value,
+                read_timeout_ms=timeout_ms,
+                bearer=BENCH_TOKEN,
             )
         except ClientError:
             return False
@@ -356,7 +371,7 @@ class RaftCluster(Cluster):
     def load(self, client: Any, name: str, proposers: int, count: int) -> dict[str, Any] | None:
         body = json.dumps({"proposers": proposers, "count": count}).encode()
         response = client.request(
-            "POST", self.url(name, "/load"), body=body, read_timeout_ms=120_000
+            "POST", self.url(name, "/load"), body=body, read_timeout_ms=120_000, bearer=BENCH_TOKEN
         )
         if response.status != 200:
             raise RuntimeError(f"{self.label}: in-process load failed: {response.status}")
@@ -368,7 +383,7 @@ class RaftCluster(Cluster):
 
         for name in self.procs:
             try:
-                response = client.get(self.url(name, "/status"))
+                response = client.get(self.url(name, "/status"), bearer=BENCH_TOKEN)
             except ClientError:
                 continue
             if response.status == 200 and response.json().get("role") == "leader":
@@ -379,7 +394,7 @@ class RaftCluster(Cluster):
         from appliance.http import ClientError
 
         try:
-            response = client.get(self.url(name, "/status"))
+            response = client.get(self.url(name, "/status"), bearer=BENCH_TOKEN)
         except ClientError:
             return False
         if response.status != 200:
@@ -389,6 +404,14 @@ class RaftCluster(Cluster):
 
     def extra_config(self, node_id: str) -> dict[str, Any]:
         return {}
+
+
+class BaselineRaftCluster(RaftCluster):
+    """The same voters running the baseline commit's code (``--baseline-ref``), extracted aside
+    with ``git archive``: this run's figures for the code before the change."""
+
+    label = "built-in Raft, baseline"
+    tree = Path(__file__).resolve().parent.parent  # replaced by main() with the extracted tree
 
 
 class RaftTlsCluster(RaftCluster):
@@ -639,10 +662,16 @@ def measure_in_process(
 ) -> dict[str, float] | None:
     """The same two loads with the proposers inside the leader (how the runner proposes)."""
     cpu_before = cpu_s(procs)
+    each_before = cpu_each(cluster)
     seq = cluster.load(client, leader, 1, sequential)
     if seq is None:
         return None
-    seq_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / max(1, len(seq["latencies_ms"]))
+    done = max(1, len(seq["latencies_ms"]))
+    seq_cpu_ms = (cpu_s(procs) - cpu_before) * 1000 / done
+    each_after = cpu_each(cluster)
+    followers = [n for n in each_after if n != leader]
+    leader_cpu_ms = (each_after[leader] - each_before[leader]) * 1000 / done
+    follower_cpu_ms = sum(each_after[n] - each_before[n] for n in followers) * 1000 / done
     cpu_before = cpu_s(procs)
     par = cluster.load(client, leader, 8, parallel // 8)
     assert par is not None
@@ -653,6 +682,9 @@ def measure_in_process(
         "throughput_per_s": committed / par["elapsed_s"],
         "failed": seq["failed"] + par["failed"],
         "seq_cpu_ms": seq_cpu_ms,
+        # the sequential phase's CPU split: the leader, and each follower on average
+        "seq_leader_cpu_ms": leader_cpu_ms,
+        "seq_follower_cpu_ms": follower_cpu_ms / max(1, len(followers)),
         "par_cpu_ms": (cpu_s(procs) - cpu_before) * 1000 / max(1, committed),
     }
 
@@ -699,12 +731,17 @@ def failover(cluster: Cluster, leader: str) -> float:
 
 def cpu_s(procs: list[subprocess.Popen[bytes]]) -> float:
     """User + system CPU seconds used so far by these processes (Linux /proc)."""
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for proc in procs:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
-    return total / ticks
+    return sum(cpu_of(proc.pid) for proc in procs)
+
+
+def cpu_of(pid: int) -> float:
+    """User + system CPU seconds of one process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def cpu_each(cluster: Cluster) -> dict[str, float]:
+    return {name: cpu_of(proc.pid) for name, proc in cluster.procs.items()}
 
 
 # -- the physical floor ------------------------------------------------------------------------
@@ -821,6 +858,17 @@ def main() -> None:
         help="also the TLS sides: our voters with mutual TLS, etcd with peer TLS (issue 18)",
     )
     parser.add_argument("--only-tls-pairs", action="store_true", help="with --tls: skip pysyncobj")
+    parser.add_argument(
+        "--baseline-ref",
+        default=BASELINE_REF,
+        help="also run the Raft voters of this commit (git archive) in the same rounds; "
+        "'none' to skip",
+    )
+    parser.add_argument(
+        "--sides",
+        default=None,
+        help="comma-separated subset of raft,raft-base,etcd,pysyncobj (default: all available)",
+    )
     args = parser.parse_args()
     if args.voter:
         sys.exit(voter_main(args.voter, args.client_port))
@@ -828,7 +876,16 @@ def main() -> None:
         sys.exit(pysyncobj_voter_main(args.pysyncobj_voter, args.client_port))
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
+    with contextlib.ExitStack() as stack:
+        if args.baseline_ref != "none":
+            BaselineRaftCluster.tree = stack.enter_context(tree_of(args.baseline_ref))
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
     sides = ["raft"]
+    if args.baseline_ref != "none":
+        sides.append("raft-base")
     if os.path.exists(ETCD):
         sides.append("etcd")
     else:
@@ -843,8 +900,12 @@ def main() -> None:
         sides.append("raft-mtls")
         if "etcd" in sides:
             sides.append("etcd-peer-tls")
+    if args.sides:
+        wanted = args.sides.split(",")
+        sides = [side for side in sides if side in wanted]
     kinds = {
         "raft": RaftCluster,
+        "raft-base": BaselineRaftCluster,
         "etcd": EtcdCluster,
         "pysyncobj": PySyncObjCluster,
         "raft-mtls": RaftTlsCluster,
@@ -852,7 +913,12 @@ def main() -> None:
     }
     results: dict[str, list[dict[str, Any]]] = {side: [] for side in kinds}
     floors = []
-    print(f"rounds={args.rounds} sequential={args.sequential} parallel={args.parallel}")
+    head = git_head()
+    print(
+        f"rounds={args.rounds} sequential={args.sequential} parallel={args.parallel} "
+        f"sides={','.join(sides)} this={head} baseline={args.baseline_ref} "
+        f"loadavg at start: {read_loadavg()}"
+    )
     for round_ in range(args.rounds):
         shift = round_ % len(sides)
         order = sides[shift:] + sides[:shift]  # each side goes first in turn
@@ -867,7 +933,36 @@ def main() -> None:
             print(f"round {round_ + 1} {fmt_side(side, r)}", flush=True)
             if r.get("inproc"):
                 print(f"round {round_ + 1} in-process {fmt_inproc(side, r)}", flush=True)
+    print(f"\nloadavg at the end: {read_loadavg()}")
     report(results, floors)
+    report_targets(results, head, args.baseline_ref)
+
+
+BASELINE_REF = "08f87a9"  # main before issue 37's changes
+
+
+def read_loadavg() -> str:
+    """The 1-, 5- and 15-minute load averages, as /proc/loadavg gives them."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def git_head() -> str:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    )
+    return done.stdout.strip() or "unknown"
+
+
+@contextlib.contextmanager
+def tree_of(ref: str) -> Iterator[Path]:
+    """The tree of ``ref`` extracted aside (removed afterwards)."""
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref], check=True, capture_output=True
+    ).stdout
+    with tempfile.TemporaryDirectory(prefix="bench-raft-baseline-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(tmp, filter="data")
+        yield Path(tmp)
 
 
 def med(rows: list[dict[str, Any]], key: str) -> float:
@@ -942,6 +1037,92 @@ def report(results: dict[str, list[dict[str, Any]]], floors: list[dict[str, floa
             f"/ floor (SQLite) = {e50 / floor['floor_sqlite_ms']:.2f}"
         )
     print(line)
+
+
+def report_targets(results: dict[str, list[dict[str, Any]]], head: str, baseline: str) -> None:
+    """Issue 37's Must-show rows: this checkout and the baseline, each against etcd in the same
+    rounds (medians of rounds; the paired column is the median of each round's own ratio)."""
+    etcd = results["etcd"]
+    if not etcd or not results["raft"]:
+        return
+    print()
+    print(f"Issue 37 targets (medians of rounds; this = {head}, baseline = {baseline}):")
+    print("| target | etcd | this | this / etcd (paired) | baseline | baseline / etcd | met |")
+    print("|---|---|---|---|---|---|---|")
+    rows: list[tuple[str, Callable[[dict[str, Any]], float], str, float, bool]] = [
+        (
+            "sequential p50 ms, proposers in the leader",
+            lambda r: r["inproc"]["p50_ms"],
+            "p50_ms",
+            1.0,
+            False,
+        ),
+        (
+            "CPU ms per sequential commit, 3 members, proposers in the leader",
+            lambda r: r["inproc"]["seq_cpu_ms"],
+            "seq_cpu_ms",
+            1.5,
+            False,
+        ),
+        (
+            "CPU ms per sequential commit, 3 members, HTTP client",
+            lambda r: r["seq_cpu_ms"],
+            "seq_cpu_ms",
+            1.5,
+            False,
+        ),
+        (
+            "throughput /s, 8 proposers through an HTTP client",
+            lambda r: r["throughput_per_s"],
+            "throughput_per_s",
+            1.0,
+            True,
+        ),
+        (
+            "throughput /s, 8 proposers in the leader",
+            lambda r: r["inproc"]["throughput_per_s"],
+            "throughput_per_s",
+            1.0,
+            True,
+        ),
+    ]
+    for name, ours, key, bound, higher in rows:
+        theirs = med(etcd, key)
+        cells = [name, f"{theirs:.2f}"]
+        verdict = "-"
+        for side in ("raft", "raft-base"):
+            rs = [r for r in results[side] if r.get("inproc")]
+            if not rs:
+                cells += ["-", "-"]
+                continue
+            value = statistics.median(ours(r) for r in rs)
+            paired = statistics.median(ours(r) / e[key] for r, e in zip(rs, etcd, strict=False))
+            ratio = value / theirs
+            cells += [f"{value:.2f}", f"{ratio:.2f} ({paired:.2f})"]
+            if side == "raft":
+                ok = ratio >= bound if higher else ratio <= bound
+                verdict = ("met" if ok else "NOT met") + f" ({'≥' if higher else '≤'} {bound})"
+        print("| " + " | ".join([*cells, verdict]) + " |")
+    theirs = pooled_failover(etcd)
+    cells = ["failover ms (all samples)", f"{theirs:.0f}"]
+    verdict = "-"
+    for side in ("raft", "raft-base"):
+        if not results[side]:
+            cells += ["-", "-"]
+            continue
+        value = pooled_failover(results[side])
+        cells += [f"{value:.0f}", f"{value / theirs:.2f}"]
+        if side == "raft":
+            verdict = ("met" if value / theirs <= 0.3 else "NOT met") + " (≤ 0.3)"
+    print("| " + " | ".join([*cells, verdict]) + " |")
+    for side in ("raft", "raft-base"):
+        rs = [r for r in results[side] if r.get("inproc")]
+        if rs:
+            split = ", ".join(
+                f"{k} {statistics.median(r['inproc'][k] for r in rs):.2f}"
+                for k in ("seq_leader_cpu_ms", "seq_follower_cpu_ms")
+            )
+            print(f"{side}: CPU ms per sequential commit in the leader-proposer phase: {split}")
 
 
 def report_in_process(results: dict[str, list[dict[str, Any]]]) -> None:

@@ -2,9 +2,12 @@
 
 Prints every problem as ``path: message`` on stderr and exits 2, or prints ``ok`` and a short
 summary (for a runner: voters, schedules, remote origin, grant expiry and the sealed contract
-digest, which must be equal on every voter) and exits 0. Credentials are not needed unless
-``--check-env`` asks to resolve them from this process's environment as well; their values are
-never printed.
+digest, which must be equal on every voter) and exits 0. A runner config's seeded schedules have
+their JavaScript parsed by V8 too (parsed, never run: ``appliance.engine.syntax``, ~10 ms each),
+so a ``schedules[i].code`` that would fail every run with a ``SyntaxError`` is refused here with
+its line and column, as ``create`` refuses it (issue 35, item 5). Credentials are not needed
+unless ``--check-env`` asks to resolve them from this process's environment as well; their
+values are never printed.
 """
 
 from __future__ import annotations
@@ -61,9 +64,15 @@ def run_check(args: argparse.Namespace) -> int:
                 resolve_worker_credentials(worker, os.environ)
             lines = _worker_summary(worker)
         else:
-            runner = load_runner_config(args.file)
-            if args.check_env:
-                resolve_runner_credentials(runner, os.environ)
+            code_problems = seeded_code_problems(args.file)
+            try:
+                runner = load_runner_config(args.file)
+                if args.check_env:
+                    resolve_runner_credentials(runner, os.environ)
+            except InvalidConfig as err:
+                raise InvalidConfig([*err.problems, *code_problems]) from None
+            if code_problems:
+                raise InvalidConfig(code_problems)
             lines = _runner_summary(runner)
     except InvalidConfig as err:
         kind = "worker" if args.worker else "runner"
@@ -77,6 +86,29 @@ def run_check(args: argparse.Namespace) -> int:
     if args.check_env:
         print("  credentials: all set and distinct")
     return EXIT_OK
+
+
+def seeded_code_problems(path: str) -> list[tuple[str, str]]:
+    """``schedules[i].code`` that V8 does not parse, as (path, "SyntaxError: ... (line L,
+    column C)"); nothing when the file cannot be read (the config check says why)."""
+    from appliance.config.common import read_json_file
+    from appliance.config.runner import CONFIG_FILE_BYTES_MAX
+    from appliance.engine.syntax import syntax_problem
+
+    try:
+        document = read_json_file(path, CONFIG_FILE_BYTES_MAX)
+    except InvalidConfig:
+        return []
+    schedules = document.get("schedules") if isinstance(document, dict) else None
+    if not isinstance(schedules, list):
+        return []
+    problems = []
+    for i, schedule in enumerate(schedules):
+        code = schedule.get("code") if isinstance(schedule, dict) else None
+        problem = syntax_problem(code) if isinstance(code, str) else None
+        if problem is not None:
+            problems.append((f"schedules[{i}].code", str(problem)))
+    return problems
 
 
 def _is_a_definition(path: str) -> bool:

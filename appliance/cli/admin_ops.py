@@ -502,7 +502,7 @@ def run(args: argparse.Namespace, stdin: Any = None, stdout: Any = None, stderr:
     if not ok:
         print(describe_error(status, reply), file=err)
         if status == 409:
-            print(f"appliance: {owner_advice(reply)}", file=err)
+            print(f"appliance: {owner_advice(reply, bases)}", file=err)
         return EXIT_FAILURE
     return EXIT_OK
 
@@ -559,7 +559,7 @@ def _declarative(
     except admin_describe.Refused as refused:
         print(describe_error(refused.status, refused.reply), file=err)
         if refused.status == 409:
-            print(f"appliance: {owner_advice(refused.reply)}", file=err)
+            print(f"appliance: {owner_advice(refused.reply, bases)}", file=err)
         return EXIT_FAILURE
     except Failed as exc:
         print(f"appliance: {exc}", file=err)

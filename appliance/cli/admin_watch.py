@@ -29,15 +29,12 @@ from urllib.parse import urlencode
 from appliance.cli.admin_endpoints import Failed, send
 from appliance.cli.admin_text import escape, iso_time
 from appliance.http import HttpClient
+from appliance.metrics.attempt_report import FINAL_STATUSES
 
 EVENTS_PATH: Final = "/scheduler/v1/events"
 WATCH_WAIT_MS: Final = 20_000  # the long poll; the route caps it at 25 s
 FOLLOW_WAIT_MS: Final = 1_000  # how often the output of a running attempt is looked at
 RETRY_PAUSE_S: Final = 1.0
-# The worker's statuses of an attempt that has ended (docs/protocol.md).
-FINISHED_STATUSES: Final = frozenset(
-    {"completed", "failed", "timed_out", "cancelled", "lost", "fenced", "retired"}
-)
 
 
 def watch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -117,6 +114,11 @@ def event_line(event: dict[str, Any], tz: Any) -> str:
             text += f" ({', '.join(str(f) for f in event['fields'])})"
     elif kind == "pause":
         text = "scheduling paused" if event.get("change") == "paused" else "scheduling resumed"
+    elif kind == "owner":
+        text = (
+            f"ownership acquired by {escape(str(event.get('node')))} "
+            f"(term {event.get('term')}, epoch {event.get('epoch')})"
+        )
     else:
         text = escape(json.dumps(event, ensure_ascii=False))
     if event.get("resync"):
@@ -230,7 +232,7 @@ def _show_output(
     if new:
         print(escape(new, keep_layout=True) if terminal else new, end="", file=out, flush=True)
         state.printed = len(text)
-    if report.get("status") in FINISHED_STATUSES or report.get("finished_at"):
+    if report.get("status") in FINAL_STATUSES or report.get("finished_at"):
         if text and not text.endswith("\n"):
             print(file=out)
         # The result without the text already shown: the output route's trailer.

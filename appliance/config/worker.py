@@ -37,6 +37,10 @@ from appliance.core.errors import InvalidConfig
 from appliance.core.schema import INVALID, Custom, Field, Integer, ListOf, Obj, validate
 
 WORKER_CONFIG_ENV: Final = "MCP_SCHEDULED_WORKER_CONFIG"
+# Waiting is not working (issue 32): 64 executions awaiting responses fit in 2 children (and a
+# warm one); a V8 abort takes down at most this many (docs/engine.md, "Waiting is not working").
+EXECUTIONS_PER_CHILD_DEFAULT: Final = 32
+EXECUTIONS_PER_CHILD_MAX: Final = 64
 WORKER_CONFIG_BYTES_MAX: Final = 1024 * 1024
 ADMISSION_URLS_MAX: Final = 16
 
@@ -48,6 +52,8 @@ class EngineSettings:
     output_limit_bytes: int = 65_536
     heap_mb_max: int | None = None  # ceiling on the binding's heap_mb; None: no ceiling
     timeout_seconds_max: int | None = None  # ceiling on the binding's timeout_seconds
+    # Executions one engine child hosts at once, each in its own isolate (docs/engine.md).
+    executions_per_child: int = EXECUTIONS_PER_CHILD_DEFAULT
 
     def effective_heap_mb(self, granted_heap_mb: int) -> int:
         """The heap limit to run with: the grant, lowered to the ceiling if one is set."""
@@ -82,6 +88,11 @@ ENGINE_RULE: Final = Obj(
         "output_limit_bytes": Field(Integer(1024, 1_048_576), required=False, default=65_536),
         "heap_mb_max": Field(Integer(HEAP_MB_MIN, HEAP_MB_MAX), required=False, default=None),
         "timeout_seconds_max": Field(Integer(1, TIMEOUT_SECONDS_MAX), required=False, default=None),
+        "executions_per_child": Field(
+            Integer(1, EXECUTIONS_PER_CHILD_MAX),
+            required=False,
+            default=EXECUTIONS_PER_CHILD_DEFAULT,
+        ),
     },
     build=EngineSettings,
 )

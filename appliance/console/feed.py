@@ -1,28 +1,29 @@
-"""Where the console's live view comes from: ``LiveSource``, and the hub that numbers and replays.
+"""Where the console's live view comes from: the runner's change feed, fanned out; and the hub.
 
 Theory of operation. The console pushes two kinds of news to open pages: *changes* (an
-occurrence moved to a new state or attempt, a schedule was created, updated or deleted, the
-cluster was paused or resumed, ownership moved) and *output* (console lines of a running
-attempt that a page follows). ``LiveSource`` is the one seam that produces them; the rest of the
-console (``EventHub``: ids, replay, the pusher) does not care where they come from.
+occurrence moved to a new state or attempt, a schedule was created, updated, enabled, disabled
+or deleted, the cluster was paused or resumed, ownership moved) and *output* (console lines of a
+running attempt that a page follows). It reads both where ``appliance admin watch`` and
+``admin output --follow`` read them (docs/management.md "Watching"), so the console and the CLI
+cannot tell different stories:
 
-``RunnerStateSource`` is today's source, built on what a voter already exposes:
-
-- changes: the machine calls a listener after every apply (``Machine.on_applied``), which only
-  sets an event; a thread then takes references to the records under the machine's lock and
-  compares them with the previous ones by identity (records are immutable values, replaced on
-  every transition). A burst of more than ``BULK_CHANGES_MIN`` changes in one look is sent as
-  one ``bulk`` change (the pages reload) rather than hundreds of messages. Looks are at least
-  ``LOOK_INTERVAL_S`` apart, so the pages learn a commit within about that.
+- changes: the voter's committed change feed (``appliance.metrics.feed.ChangeFeed``, the runner's
+  ``changes``; served by ``GET /scheduler/v1/events``). ONE reader thread long-polls it for every
+  page at once: its wait is uncounted (``counted=False``) so it never takes one of the feed's
+  ``WAITERS_MAX`` request slots, and browsers never wait on the feed themselves (the pusher fans
+  each message out to every stream). Each feed event is mapped to the console's shape
+  (``console_change``); a page of at least ``BULK_CHANGES_MIN`` changes, or a gap (the feed no
+  longer holds what came after the reader's cursor), is sent as one ``bulk`` change (the pages
+  reload) rather than hundreds of messages. Looks are at least ``LOOK_INTERVAL_S`` apart, so a
+  burst of commits is one look.
 - output: for each occurrence an open page follows (at most ``FOLLOWED_MAX``), a second thread
-  asks the worker's executions route every ``OUTPUT_POLL_S`` for the attempt's document while it
-  runs, and once more when it ended, and sends what the console text grew by. Whatever
-  ``output`` the worker's document carries is passed through: today's worker returns it once the
-  attempt ended; a worker that reports it while running (issue 35's live output) makes the
-  lines appear as they are produced, with no change here.
+  takes the attempt's report through ``occurrence_output`` (appliance/metrics/voter.py: the one
+  function behind ``GET /scheduler/v1/events?output=true``) every ``OUTPUT_POLL_S``, and at once
+  when the feed shows that occurrence changed, and sends what its console text grew by, until
+  the report is final (``FINAL_STATUSES``).
 
-When the runner gains its committed-change feed (issue 35), a source reading that feed replaces
-this class; ``LiveSource`` is the whole contract.
+``LiveSource`` is the contract the rest of the console relies on (``EventHub``: ids, replay, the
+pusher); ``ChangeFeedSource`` is its one implementation.
 """
 
 from __future__ import annotations
@@ -30,28 +31,25 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from appliance.console.views import rfc3339
-from appliance.core.occurrence import Occurrence, OccurrenceState
-from appliance.metrics.voter import observe_execution
-from appliance.owner.binding import execution_id
+from appliance.metrics.attempt_report import FINAL_STATUSES
+from appliance.metrics.voter import latest_execution_id, occurrence_output
 
 log = logging.getLogger("appliance.console.feed")
 
-S = OccurrenceState
+READ_WAIT_MS: Final = 500  # the reader's long poll; also how soon it notices a stop
 LOOK_INTERVAL_S: Final = 0.1
-IDLE_LOOK_S: Final = 1.0  # a look even without an apply (a restored snapshot, a missed wake)
+READ_RETRY_S: Final = 1.0  # after a failed read (a bug must not end the live view)
 BULK_CHANGES_MIN: Final = 64
 FOLLOWED_MAX: Final = 16
 OUTPUT_POLL_S: Final = 0.5
-OUTPUT_TEXT_BYTES_MAX: Final = 64 * 1024
 REPLAY_EVENTS_MAX: Final = 1024
 REPLAY_BYTES_MAX: Final = 1024 * 1024
+THREAD_JOIN_S: Final = 5.0
 
 
 @dataclass(frozen=True)
@@ -80,70 +78,80 @@ class LiveSource(Protocol):
     def unfollow(self, occurrence_id: int) -> None: ...
 
 
-class RunnerLike(Protocol):
-    machine: Any
-    worker: Any
+class Feed(Protocol):
+    """The part of ``ChangeFeed`` the console reads."""
+
+    @property
+    def cursor(self) -> int: ...
+
+    def page(
+        self, after: int | None, wait_ms: int = 0, keep: Any = None, *, counted: bool = True
+    ) -> Any: ...
 
 
-def occurrence_change(record: Occurrence) -> dict[str, Any]:
-    return {
-        "kind": "occurrence",
-        "id": record.id,
-        "schedule_id": record.schedule_id,
-        "state": record.state.value,
-        "attempt": record.attempt,
-        "due_at": rfc3339(record.due_s),
-    }
+Read = Callable[[Callable[[Any], Any]], Any]
 
 
-def changes_between(
-    before: tuple[dict[int, Any], dict[int, Any], Any, Any],
-    after: tuple[dict[int, Any], dict[int, Any], Any, Any],
-) -> list[dict[str, Any]]:
-    """The changes from one look to the next (identity comparison of immutable values)."""
-    old_occ, old_sched, old_paused, old_owner = before
-    new_occ, new_sched, new_paused, new_owner = after
-    changes: list[dict[str, Any]] = []
-    for oid, record in new_occ.items():
-        if old_occ.get(oid) is not record:
-            changes.append(occurrence_change(record))
-    for sid, schedule in new_sched.items():
-        known = old_sched.get(sid)
-        if known is None:
-            changes.append({"kind": "schedule", "id": sid, "change": "created"})
-        elif known is not schedule:
-            changes.append({"kind": "schedule", "id": sid, "change": "updated"})
-    for sid in old_sched.keys() - new_sched.keys():
-        changes.append({"kind": "schedule", "id": sid, "change": "deleted"})
-    if old_paused != new_paused or old_owner != new_owner:
-        changes.append({"kind": "cluster", "paused": new_paused is not None})
-    return changes
+def console_change(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A feed event (docs/management.md "Watching") in the console's shape: ``kind`` and ``id``
+    say which page it concerns (console.js ``concerns``); the feed's cursor rides along."""
+    kind = event.get("kind")
+    if kind == "occurrence":
+        return {
+            "kind": "occurrence",
+            "id": event.get("occurrence_id"),
+            "schedule_id": event.get("schedule_id"),
+            "state": event.get("state"),
+            "attempt": event.get("attempt"),
+            "due_at": event.get("due"),
+            "index": event.get("index"),
+        }
+    if kind == "schedule":
+        return {
+            "kind": "schedule",
+            "id": event.get("schedule_id"),
+            "change": event.get("change"),
+            "index": event.get("index"),
+        }
+    if kind == "pause":
+        return {
+            "kind": "cluster",
+            "paused": event.get("change") == "paused",
+            "index": event.get("index"),
+        }
+    if kind == "owner":
+        return {"kind": "cluster", "owner": event.get("node"), "index": event.get("index")}
+    return None  # a kind this console does not show (a newer feed): nothing to refresh
 
 
-def _look(st: Any) -> tuple[dict[int, Any], dict[int, Any], Any, Any]:
-    return (dict(st.occurrences), dict(st.schedules), st.extra.get("paused"),
-            json.dumps(st.extra.get("ownership"), sort_keys=True, default=str))  # fmt: skip
+@dataclass
+class _Sent:
+    """What a followed occurrence's pages were sent last."""
+
+    execution_id: str
+    text: str
+    final: bool
 
 
-class RunnerStateSource:
-    """Changes from the voter's applied state, output from the worker (module docstring)."""
+class ChangeFeedSource:
+    """Changes from the runner's change feed, output through ``occurrence_output`` (module
+    docstring). ``read`` reads the voter's applied state, ``worker`` is its worker client."""
 
-    def __init__(self, runner: RunnerLike, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._runner = runner
-        self._clock = clock
+    def __init__(self, feed: Feed, read: Read, worker: Any) -> None:
+        self._feed = feed
+        self._read = read
+        self._worker = worker
+        self._cursor = feed.cursor  # news from now on: a page loads what is already there
         self._publish: Publish | None = None
-        self._applied = threading.Event()
         self._stop = threading.Event()
+        self._output_due = threading.Event()
         self._followed: dict[int, int] = {}  # occurrence id -> pages following it
-        self._sent: dict[int, tuple[str, int, str]] = {}  # oid -> (execution id, chars, text)
+        self._sent: dict[int, _Sent] = {}
         self._lock = threading.Lock()
         self._threads = [
-            threading.Thread(target=self._watch_changes, name="console-changes", daemon=True),
-            threading.Thread(target=self._watch_output, name="console-output", daemon=True),
+            threading.Thread(target=self._read_changes, name="console-changes", daemon=True),
+            threading.Thread(target=self._follow_output, name="console-output", daemon=True),
         ]
-        on_applied = getattr(runner.machine, "on_applied", None)
-        if on_applied is not None:
-            on_applied(lambda *_: self._applied.set())
 
     def start(self, publish: Publish) -> None:
         self._publish = publish
@@ -152,16 +160,17 @@ class RunnerStateSource:
 
     def stop(self) -> None:
         self._stop.set()
-        self._applied.set()
+        self._output_due.set()
         for thread in self._threads:
             if thread.is_alive():
-                thread.join(5.0)
+                thread.join(THREAD_JOIN_S)
 
     def follow(self, occurrence_id: int) -> bool:
         with self._lock:
             if occurrence_id not in self._followed and len(self._followed) >= FOLLOWED_MAX:
                 return False
             self._followed[occurrence_id] = self._followed.get(occurrence_id, 0) + 1
+        self._output_due.set()  # its first lines now, not at the next poll
         return True
 
     def unfollow(self, occurrence_id: int) -> None:
@@ -175,87 +184,87 @@ class RunnerStateSource:
 
     # -- changes --
 
-    def _watch_changes(self) -> None:
-        previous = self._runner.machine.read(_look)
-        last_look = self._clock()
+    def _read_changes(self) -> None:
         while not self._stop.is_set():
-            self._applied.wait(IDLE_LOOK_S)
+            try:
+                page = self._feed.page(self._cursor, READ_WAIT_MS, counted=False)
+            except Exception:  # a bug here must not end the live view
+                log.exception("console: reading the change feed failed")
+                self._stop.wait(READ_RETRY_S)
+                continue
             if self._stop.is_set():
                 return
-            wait_s = LOOK_INTERVAL_S - (self._clock() - last_look)
-            if wait_s > 0 and self._stop.wait(wait_s):
-                return
-            self._applied.clear()
-            last_look = self._clock()
-            try:
-                current = self._runner.machine.read(_look)
-                changes = changes_between(previous, current)
-            except Exception:  # a bug here must not end the live view
-                log.exception("console: reading the applied state failed")
-                continue
-            previous = current
-            if len(changes) >= BULK_CHANGES_MIN:
-                changes = [{"kind": "bulk", "count": len(changes)}]
-            for change in changes:
-                self._emit(FeedEvent("change", change))
+            self._cursor = page.cursor
+            self._send_changes(page.events, gap=bool(page.gap))
+            if not page.more:
+                self._stop.wait(LOOK_INTERVAL_S)
+
+    def _send_changes(self, events: list[dict[str, Any]], *, gap: bool) -> None:
+        changes = [change for event in events if (change := console_change(event)) is not None]
+        if gap or len(changes) >= BULK_CHANGES_MIN:
+            bulk: dict[str, Any] = {"kind": "bulk", "count": len(changes)}
+            if gap:
+                bulk["gap"] = True
+            changes = [bulk]
+        for change in changes:
+            self._emit(FeedEvent("change", change))
+        with self._lock:
+            followed = set(self._followed)
+        if gap or any(e.get("occurrence_id") in followed for e in events):
+            self._output_due.set()  # a followed attempt moved on: its output now
 
     # -- output --
 
-    def _watch_output(self) -> None:
-        while not self._stop.wait(OUTPUT_POLL_S):
+    def _follow_output(self) -> None:
+        while not self._stop.is_set():
+            self._output_due.wait(OUTPUT_POLL_S)
+            self._output_due.clear()
+            if self._stop.is_set():
+                return
             with self._lock:
                 followed = list(self._followed)
             for occurrence_id in followed:
                 try:
-                    self._poll_output(occurrence_id)
+                    self._send_output(occurrence_id)
                 except Exception:
                     log.exception("console: following occurrence %d failed", occurrence_id)
 
-    def _poll_output(self, occurrence_id: int) -> None:
-        record = self._runner.machine.read(lambda st: st.occurrences.get(occurrence_id))
-        if record is None or (record.state is S.PENDING and record.execution_id is None):
-            return
-        eid = (
-            record.execution_id
-            if record.state is S.PENDING
-            else execution_id(record.schedule_id, record.id, record.attempt)
-        )
+    def _send_output(self, occurrence_id: int) -> None:
+        record = self._read(lambda st: st.occurrences.get(occurrence_id))
+        latest = None if record is None else latest_execution_id(record)
+        if latest is None:
+            return  # not dispatched yet
         with self._lock:
             sent = self._sent.get(occurrence_id)
-        if sent is not None and sent[0] == eid and sent[1] < 0:
-            return  # its final output was sent already
-        observed = observe_execution(self._runner, eid)  # a fleet: the worker that ran it
-        document = observed.document if observed.status else None
-        if not isinstance(document, dict):
-            return
-        output = document.get("output") if isinstance(document.get("output"), dict) else {}
+        if sent is not None and sent.execution_id == latest and sent.final:
+            return  # its final output was sent already: no need to ask the worker again
+        reply = occurrence_output(self._read, self._worker, occurrence_id)
+        if reply.status != 200:
+            return  # not at the worker yet, or the worker is unreachable: the next poll
+        report = reply.body
+        execution_id = str(report.get("execution_id"))
+        output = report.get("output") if isinstance(report.get("output"), Mapping) else {}
         text = output.get("text") if isinstance(output.get("text"), str) else ""
-        text = text[:OUTPUT_TEXT_BYTES_MAX]
-        final = observed.status not in ("running", "queued", "accepted", "submitted")
-        previous = "" if sent is None or sent[0] != eid else sent[2]
+        final = report.get("status") in FINAL_STATUSES or bool(report.get("finished_at"))
+        previous = "" if sent is None or sent.execution_id != execution_id else sent.text
         if text.startswith(previous):
             offset, piece = len(previous), text[len(previous) :]
         else:  # a new attempt, or the worker's text was cut differently: send it whole
             offset, piece = 0, text
         if piece or final:
-            self._emit(
-                FeedEvent(
-                    "output",
-                    {
-                        "occurrence_id": occurrence_id,
-                        "execution_id": eid,
-                        "offset": offset,
-                        "text": piece,
-                        "truncated": bool(output.get("truncated")),
-                        "final": final,
-                        "status": observed.status,
-                    },
-                    occurrence_id,
-                )
-            )
+            data = {
+                "occurrence_id": occurrence_id,
+                "execution_id": execution_id,
+                "offset": offset,
+                "text": piece,
+                "truncated": bool(output.get("truncated")),
+                "final": final,
+                "status": report.get("status"),
+            }
+            self._emit(FeedEvent("output", data, occurrence_id))
         with self._lock:
             if occurrence_id in self._followed:
-                self._sent[occurrence_id] = (eid, -1 if final else len(text), text)
+                self._sent[occurrence_id] = _Sent(execution_id, text, final)
 
     def _emit(self, event: FeedEvent) -> None:
         publish = self._publish

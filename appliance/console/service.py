@@ -5,7 +5,9 @@ Wiring (the runner process builds it when the config has a ``console`` section):
 - the listener: the shared waitress server (appliance/http) on the loopback ``console.addr``,
   with the takeover subclasses (appliance/console/takeover.py) and, with ``console.tls``, this
   voter's certificate; it refuses a non-loopback address at construction too;
-- the live view: a ``LiveSource`` (today ``RunnerStateSource``) → ``EventHub`` → ``Pusher``;
+- the live view: the runner's change feed (``runner.changes``, the one ``GET
+  /scheduler/v1/events`` and ``appliance admin watch`` read) → ``ChangeFeedSource`` (one reader
+  for every page) → ``EventHub`` → ``Pusher``;
 - the actions (``console.actions``): their own bounded queue (``ACTION_QUEUE_SLOTS``) and one
   forwarding thread into ``Runner.operator``, exactly like management's (``runner_handler``),
   so commands reach the one runner loop; without ``actions`` no queue exists at all;
@@ -16,13 +18,14 @@ Wiring (the runner process builds it when the config has a ``console`` section):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from appliance.config.addresses import is_loopback_host
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
 from appliance.console.app import FORM_BYTES_MAX, ConsoleParts, create_console_app
-from appliance.console.feed import EventHub, LiveSource, RunnerStateSource
+from appliance.console.feed import ChangeFeedSource, EventHub, LiveSource
 from appliance.console.pusher import Pusher, Stream
 from appliance.console.sessions import SessionBook
 from appliance.console.takeover import TakeoverServer
@@ -65,6 +68,13 @@ class LiveRunnerView:
         return self._runner.machine.read(lambda st: st.limits)
 
 
+def _feed_source(runner: Any) -> ChangeFeedSource:
+    feed = getattr(runner, "changes", None)
+    if feed is None:
+        raise ValueError("the runner keeps no change feed: the console's live view reads it")
+    return ChangeFeedSource(feed, runner.machine.read, runner.worker)
+
+
 def credential_table(credentials: RunnerCredentials) -> CredentialTable:
     """Every credential the voter knows, so another role's token is refused like a wrong one."""
     return CredentialTable(
@@ -91,6 +101,7 @@ class ConsoleService:
         store: Any = None,
         source: LiveSource | None = None,
         pusher: Pusher | None = None,
+        management_addrs: Callable[[str], str | None] | None = None,
     ) -> None:
         console = cfg.console
         if console is None:
@@ -104,7 +115,7 @@ class ConsoleService:
             cfg, credentials, runner, store=store
         )
         self.sessions = SessionBook()
-        self.source = source or RunnerStateSource(runner)
+        self.source = source or _feed_source(runner)
         self.pusher = pusher or Pusher(
             session_alive=lambda sid: self.sessions.alive(sid, time.time()),
             on_close=self._stream_closed,
@@ -114,7 +125,9 @@ class ConsoleService:
         self.consumer: ThreadedConsumer | None = None
         if console.actions:
             self.gateway = BoundedCommandQueue(ACTION_QUEUE_SLOTS)
-            self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner, cfg.voters))
+            self.consumer = ThreadedConsumer(
+                self.gateway, runner_handler(runner, cfg.voters, management_addrs)
+            )
         self.parts = ConsoleParts(
             node_id=cfg.node_id,
             view=LiveRunnerView(runner, self.observability),

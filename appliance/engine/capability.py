@@ -5,27 +5,40 @@ pool full. After it has durably consumed the permit it binds the reservation to 
 gets a SubmitCapability: the only way to hand work to the engine. The capability can be used
 exactly once, cannot be copied or pickled (so no second holder can exist), and re-checks the
 durable consume record through the worker's callback immediately before submitting.
+
+The seam with the pool is ``CapacityHolder`` (the pool implements it): a reservation gives its
+capacity back through ``release_reservation`` and submits through ``submit_reserved``; the pool
+takes the capacity over with ``Reservation.hand_over``. Nothing here reaches into the pool.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from appliance.engine.model import CapabilityError, ExecutionReport, ExecutionRequest, SubmitRefused
 
-if TYPE_CHECKING:
-    from appliance.engine.pool import PoolEngine
-
 Recheck = Callable[[], bool]
+
+
+class CapacityHolder(Protocol):
+    """What a reservation needs from the pool that issued it."""
+
+    def release_reservation(self, reservation: Reservation) -> None:
+        """Return the reservation's unit of capacity (it was never submitted)."""
+
+    def submit_reserved(
+        self, reservation: Reservation, request: ExecutionRequest
+    ) -> ExecutionReport:
+        """Turn the reservation into an execution of request; the pool calls ``hand_over``."""
 
 
 class Reservation:
     """One unit of pool capacity held for one future submission."""
 
-    def __init__(self, engine: PoolEngine, token: int) -> None:
-        self._engine = engine
+    def __init__(self, holder: CapacityHolder, token: int) -> None:
+        self._holder = holder
         self.token = token
         self._lock = threading.Lock()
         self._released = False
@@ -48,9 +61,13 @@ class Reservation:
             if self._released:
                 return
             self._released = True
-        self._engine._release_reservation(self)
+        self._holder.release_reservation(self)
 
-    def _hand_over(self) -> None:
+    def submit(self, request: ExecutionRequest) -> ExecutionReport:
+        """Hand the bound request to the pool (SubmitCapability, after its re-check)."""
+        return self._holder.submit_reserved(self, request)
+
+    def hand_over(self) -> None:
         """The execution now owns the capacity; the reservation can no longer release it."""
         with self._lock:
             if self._released:
@@ -101,7 +118,7 @@ class SubmitCapability:
         if confirmed is not True:
             self._reservation.release()
             raise SubmitRefused("re-check did not confirm the durable consume record")
-        return self._reservation._engine._submit(self._reservation, self._request)
+        return self._reservation.submit(self._request)
 
     def __copy__(self) -> NoReturn:
         raise CapabilityError("a submit capability cannot be copied")

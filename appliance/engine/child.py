@@ -1,201 +1,287 @@
-"""The engine's child process: a reusable process, a fresh V8 isolate for every script.
+"""The engine's child process: a reusable process hosting up to ``slots`` executions at once,
+each in its own fresh V8 isolate.
 
-Run as ``python -m appliance.engine.child`` (see process.child_command). The child warms up
-BEFORE it gets work (imports mini-racer, creates an isolate, installs the harness), announces
-``ready``, then blocks on stdin for a ``run`` frame. After the script it sends ``done``, disposes
-of that isolate — ``MiniRacer.close()`` terminates whatever the script left behind (a pending
-timer, a promise reaction, even one spinning in an endless loop) and frees the isolate — builds
-the next one, and only then announces ``ready`` again. So a ``ready`` frame proves that nothing
-of any earlier script can still run, and nothing a script did (globals, patched prototypes,
-timers) is visible to the next one. The parent decides whether a child is reused at all: it
-kills and replaces it after a timeout, out of memory, a crash or a cancel, and retires it after
-a bounded number of executions or too much memory growth (engine.py).
+Run as ``python -m appliance.engine.child`` (see process.child_command). The child first reads a
+``configure`` frame (its number of slots, and the egress handoff when scripts may fetch: it
+holds credential values, so it comes over stdin, never through argv or the environment), warms
+up (imports mini-racer, starts V8, builds a spare isolate with the harness), announces
+``ready``, then serves ``run`` and ``stop`` frames until its stdin closes. Each ``run`` gets a
+sandbox (sandbox.py) with a fresh isolate: nothing of one script — globals, patched prototypes,
+timers — is visible to another, whether they run one after the other or side by side, because
+they never share an isolate. An execution's ``done`` goes out only after its isolate is
+disposed (``disposed`` says whether that was confirmed) and its slot is free again.
 
 Defences, in order: it dies with the parent (PR_SET_PDEATHSIG, checked against the expected
 parent pid so a parent that died during our start-up is noticed); it ignores SIGINT (the parent
 owns its lifetime); its stdout is reserved for frames (fd 1 is pointed at stderr so stray
-prints cannot corrupt the protocol); before each script it sets V8's hard heap limit to heap_mb
-(per isolate) and the *soft* RLIMIT_DATA to its current data size plus room for that heap, so a
-runaway allocation outside the V8 heap hits the OS backstop instead of the machine; the soft
-limit goes back to what it was once the script's isolate is gone (a hard limit could never be
-raised again, and the next binding may ask for a larger heap). It enforces timeout_seconds
-itself by terminating V8 execution; the parent kills it if that fails.
+prints cannot corrupt the protocol, and one lock serialises the frames of all executions);
+each isolate gets V8's hard heap limit of its own binding; and the *soft* RLIMIT_DATA — one
+limit for the whole process — is kept at the data size of the idle child plus, for every
+execution it hosts, room for twice its heap and its threads, plus headroom (DataLimit below),
+so a runaway allocation outside a V8 heap hits the OS backstop instead of the machine. It goes
+back to what it was whenever the child is idle (a hard limit could never be raised again, and
+the next binding may ask for more). Timeouts are enforced per execution by the sandbox; the
+parent kills the child if that fails.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import os
 import resource
 import signal
 import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from appliance.engine import protocol
-from appliance.engine.harness import HARNESS_JS
-from appliance.engine.model import (
-    ERROR_LIMIT_BYTES,
-    MIB,
-    REASON_EXCEPTION,
-    REASON_OUT_OF_MEMORY,
-    REASON_TIMEOUT,
-)
+from appliance.engine.model import MIB, REASON_PROTOCOL
 from appliance.engine.pdeathsig import set_parent_death_signal
-from appliance.engine.protocol import PARENT_PID_ENV, truncate_utf8
+from appliance.engine.procstat import data_size_bytes, rss_bytes
+from appliance.engine.protocol import PARENT_PID_ENV
 
-# Room above the V8 heap for GC working space, compiled code and the child's own Python.
+# Room above the V8 heaps for GC working space, compiled code and the child's own Python.
 DATA_HEADROOM_BYTES = 256 * MIB
+# Per execution, beyond twice its heap: the isolate's pump thread (8 MiB stack), its loop and
+# driver threads, and a request thread per fetch in flight (THREAD_STACK_BYTES each).
+EXECUTION_DATA_BYTES = 32 * MIB
+THREAD_STACK_BYTES = 4 * MIB  # Python threads of the child (default would be 8 MiB each)
 REQUEST_FRAME_BYTES_MAX = 8 * MIB
 REPLY_FRAME_BYTES_MAX = 64 * MIB
+SLOTS_MAX = 64
+GATE_WAIT_SLICE_SECONDS = 0.05  # a script waiting for the gate still notices a stop this soon
+SPARE_WAIT_SECONDS = 1.0  # a run waits this long for the spare being built, then builds its own
 
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 4
 
 
-def data_size_bytes() -> int:
-    """VmData: the private writable memory that RLIMIT_DATA counts."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmData:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("VmData missing from /proc/self/status")
-
-
-def rss_bytes() -> int:
-    """VmRSS: what the parent watches for growth across executions."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("VmRSS missing from /proc/self/status")
-
-
-class Runtime:
-    """A warm V8 isolate with the harness installed, waiting for one script."""
+class DataLimit:
+    """The soft RLIMIT_DATA of a child hosting several executions (module doc)."""
 
     def __init__(self) -> None:
-        from py_mini_racer import MiniRacer
+        self._original = resource.getrlimit(resource.RLIMIT_DATA)
+        self._idle_data_bytes = data_size_bytes()
+        self._room_bytes: dict[str, int] = {}
+        self._lock = threading.Lock()
 
-        self._racer = MiniRacer()
-        harness = self._racer.eval(HARNESS_JS)
-        self._install = harness["install"]  # type: ignore[index]
-        self._run = harness["run"]  # type: ignore[index]
-        self._drain = harness["drain"]  # type: ignore[index]
+    def add(self, execution_id: str, room_bytes: int) -> None:
+        with self._lock:
+            if not self._room_bytes:
+                self._idle_data_bytes = data_size_bytes()
+            self._room_bytes[execution_id] = room_bytes
+            self._apply_locked()
 
-    restore_data_limit: tuple[int, int] | None = None
+    def remove(self, execution_id: str) -> None:
+        with self._lock:
+            self._room_bytes.pop(execution_id, None)
+            self._apply_locked()
 
-    def dispose(self) -> None:
-        """Terminate and free the isolate: none of its timers or promises can run after this."""
-        self._install = self._run = self._drain = None
-        self._racer.close()
-        if self.restore_data_limit is not None:
-            resource.setrlimit(resource.RLIMIT_DATA, self.restore_data_limit)
-
-    def execute(self, request: dict[str, Any], announce_running: Any) -> dict[str, Any]:
-        from py_mini_racer import (
-            JSEvalException,
-            JSOOMException,
-            JSPromise,
-            JSPromiseError,
-            JSTimeoutException,
-        )
-
-        heap_bytes = int(request["heap_mb"]) * MIB
-        timeout_seconds = float(request["timeout_seconds"])
-        result_limit_bytes = int(request["result_limit_bytes"])
-        limit = data_size_bytes() + 2 * heap_bytes + DATA_HEADROOM_BYTES
-        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    def _apply_locked(self) -> None:
+        soft, hard = self._original
+        if not self._room_bytes:
+            resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+            return
+        limit = self._idle_data_bytes + sum(self._room_bytes.values()) + DATA_HEADROOM_BYTES
         for stricter in (soft, hard):  # an operator's stricter limit stays in force
             if stricter != resource.RLIM_INFINITY:
                 limit = min(limit, stricter)
         resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
-        self.restore_data_limit = (soft, hard)
-        self._racer.set_hard_memory_limit(heap_bytes)
-        self._install(json.dumps(request["scheduled"]), int(request["output_limit_bytes"]))
 
-        announce_running()
-        deadline = time.monotonic() + timeout_seconds
-        reply: dict[str, Any] = {"type": protocol.MSG_DONE}
-        out_of_memory = False
-        try:
-            outcome = self._run(request["code"], timeout_sec=timeout_seconds)
-            if isinstance(outcome, JSPromise):
-                outcome = outcome.get(timeout=max(deadline - time.monotonic(), 0.001))
-            reply.update(_describe(str(outcome), result_limit_bytes))
-            reply["reusable"] = True  # the harness saw the script end; the isolate is sound
-        except JSTimeoutException:
-            reply.update(status="timed_out", reason=REASON_TIMEOUT)
-        except JSOOMException:
-            out_of_memory = True
-        except (JSEvalException, JSPromiseError) as exc:
-            if self._racer.was_hard_memory_limit_reached():
-                out_of_memory = True
-            else:
-                error, _ = truncate_utf8(str(exc), ERROR_LIMIT_BYTES)
-                reply.update(status="failed", reason=REASON_EXCEPTION, error=error)
-        if out_of_memory or self._racer.was_hard_memory_limit_reached():
-            reply.update(
-                status="failed", reason=REASON_OUT_OF_MEMORY, result_json=None, reusable=False
+
+class Host:
+    """The child's executions: slots, spare isolate, the data limit, the frames they send."""
+
+    def __init__(self, slots: int, gate: GateHolder | None, reply_fd: int) -> None:
+        self.slots = slots
+        self._gate = gate
+        self._reply_fd = reply_fd
+        self._send_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._sandboxes: dict[str, Any] = {}
+        self._executions_done = 0
+        self._spare: Any = None
+        self._spare_ready = threading.Condition()  # guards _spare and _building_spare
+        self._building_spare = False
+        self._data_limit = DataLimit()
+
+    def send(self, message: dict[str, Any]) -> None:
+        with self._send_lock:
+            protocol.write_frame(self._reply_fd, message, REPLY_FRAME_BYTES_MAX)
+
+    # ----- isolates ------------------------------------------------------------------------
+
+    def warm(self) -> None:
+        """Build the first spare isolate, then keep one spare from a background thread."""
+        from appliance.engine.v8 import Isolate
+
+        self._spare = Isolate()
+        threading.Thread(target=self._keep_a_spare, name="spare-isolate", daemon=True).start()
+
+    def _keep_a_spare(self) -> None:
+        from appliance.engine.v8 import Isolate
+
+        while True:
+            with self._spare_ready:
+                while self._spare is not None:
+                    self._spare_ready.wait()
+                self._building_spare = True
+            spare = None
+            try:
+                spare = Isolate()
+            except Exception:
+                traceback.print_exc()
+            with self._spare_ready:
+                self._building_spare = False
+                self._spare = spare
+                self._spare_ready.notify_all()
+            if spare is None:
+                return  # cannot build isolates: each execution tries for itself (and says why)
+
+    def _isolate(self) -> Any:
+        """The spare isolate — waiting for the one being built rather than building a second
+        (with one slot, the next run arrives while the spare for it is being built)."""
+        from appliance.engine.v8 import Isolate
+
+        with self._spare_ready:
+            if self._spare is None and self._building_spare:
+                self._spare_ready.wait_for(
+                    lambda: not self._building_spare, timeout=SPARE_WAIT_SECONDS
+                )
+            spare, self._spare = self._spare, None
+            self._spare_ready.notify_all()  # the builder starts the next one
+        return spare if spare is not None else Isolate()
+
+    # ----- executions ----------------------------------------------------------------------
+
+    def ready_frame(self) -> dict[str, Any]:
+        with self._lock:
+            done = self._executions_done
+        return {
+            "type": protocol.MSG_READY,
+            "v": protocol.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "slots": self.slots,
+            "executions": done,
+            "rss_bytes": rss_bytes(),
+        }
+
+    def start(self, request: dict[str, Any]) -> None:
+        from appliance.engine.sandbox import Sandbox
+
+        execution_id = str(request.get("execution_id"))
+        with self._lock:
+            refusal = None
+            if execution_id in self._sandboxes:
+                refusal = "the execution is already running in this child"
+            elif len(self._sandboxes) >= self.slots:
+                refusal = f"all {self.slots} slots of this child are busy"
+        if refusal is not None:
+            self.send(
+                {
+                    "type": protocol.MSG_DONE,
+                    "execution_id": execution_id,
+                    "status": "failed",
+                    "reason": REASON_PROTOCOL,
+                    "error": refusal,
+                    "disposed": True,
+                }
             )
-            reply["error"] = f"V8 heap limit of {request['heap_mb']} MiB reached"
-            # Lift the limit so the console buffer can still be read; the OS backstop stays.
-            self._racer.set_hard_memory_limit(0)
-        if "output" not in reply or reply.get("reusable") is not True:
-            reply.update(self._drained_output())
-        return reply
-
-    def _drained_output(self) -> dict[str, Any]:
+            return
+        heap_bytes = int(request["heap_mb"]) * MIB
+        room = 2 * heap_bytes + EXECUTION_DATA_BYTES
+        if self._gate is not None:
+            room += self._gate.max_requests * THREAD_STACK_BYTES
+        self._data_limit.add(execution_id, room)
         try:
-            drained = json.loads(str(self._drain()))
-            return {"output": drained["output"], "output_truncated": drained["truncated"]}
-        except Exception as exc:  # the isolate may be unusable after a failure
-            return {
-                "output": "",
-                "output_truncated": True,
-                "output_note": f"lost: {exc}",
-                "reusable": False,
-            }
+            sandbox = Sandbox(request, self._isolate(), self._gate, self.send, self._finished)
+        except BaseException:
+            self._data_limit.remove(execution_id)
+            raise
+        with self._lock:
+            self._sandboxes[execution_id] = sandbox
+        sandbox.start()
+
+    def stop(self, execution_id: str) -> None:
+        with self._lock:
+            sandbox = self._sandboxes.get(execution_id)
+        if sandbox is not None:
+            sandbox.request_stop()
+
+    def _finished(self, sandbox: Any, disposed: bool) -> None:
+        """A sandbox disposed of everything it started (or could not prove it did): its slot
+        is free before its ``done`` goes out."""
+        with self._lock:
+            self._sandboxes.pop(sandbox.execution_id, None)
+            self._executions_done += 1
+        self._data_limit.remove(sandbox.execution_id)
 
 
-def _without_harness_frames(stack: str) -> str:
-    """Drop the stack frames that belong to the harness, keeping the script's own."""
-    kept = [
-        line
-        for line in stack.splitlines()
-        if not (line.lstrip().startswith("at ") and "<anonymous>" in line)
-    ]
-    return "\n".join(kept)
+class GateHolder:
+    """The child's egress gate, built after ``ready`` (importing the HTTP client and compiling
+    the policy take a few hundred milliseconds of CPU, which a burst of starting children would
+    otherwise pay before any script starts): a script waits for it only at its first ``fetch``.
+    The policy runtime's allocator (rego-cpp's snmalloc) reserves its memory when it first
+    allocates, which must happen before an execution lowers the child's RLIMIT_DATA — so
+    ``start_runtime`` runs before ``ready``."""
+
+    def __init__(self, document: dict[str, Any]) -> None:
+        settings = document.get("settings")
+        max_requests = settings.get("max_requests") if isinstance(settings, dict) else None
+        self.max_requests = max_requests if isinstance(max_requests, int) else 0
+        self._document: dict[str, Any] | None = document
+        self._gate: Any = None
+        self._error: str | None = None
+        self._built = threading.Event()
+
+    @staticmethod
+    def start_runtime() -> None:
+        import regopy
+
+        regopy.Interpreter()  # the allocator's first allocation: its reservation, unlimited
+
+    def build(self) -> None:
+        from appliance.egress.gate import EgressGate
+
+        try:
+            self._gate = EgressGate.from_child_json(self._document or {})
+        except Exception as exc:  # the worker checked it: this is a bug, said to the script
+            traceback.print_exc()
+            self._error = f"the egress gate could not be built: {type(exc).__name__}"
+        finally:
+            self._document = None  # it holds credential values: keep them only in the gate
+            self._built.set()
+
+    def get(self, timeout_seconds: float, given_up: Callable[[], bool]) -> Any:
+        """The gate; RuntimeError (its message safe for the script) when it is not there in
+        time, or when ``given_up()`` says the caller stopped waiting (a stop)."""
+        deadline = time.monotonic() + timeout_seconds
+        while not self._built.wait(min(GATE_WAIT_SLICE_SECONDS, max(0.0, timeout_seconds))):
+            timeout_seconds = deadline - time.monotonic()
+            if timeout_seconds <= 0 or given_up():
+                raise RuntimeError("the egress gate is not ready")
+        if self._gate is None:
+            raise RuntimeError(self._error or "the egress gate is not available")
+        return self._gate
 
 
-def _describe(outcome_json: str, result_limit_bytes: int) -> dict[str, Any]:
-    outcome = json.loads(outcome_json)
-    described: dict[str, Any] = {
-        "output": outcome["output"],
-        "output_truncated": outcome["truncated"],
-    }
-    if not outcome["ok"]:
-        text = _without_harness_frames(outcome["stack"] or "") or outcome["message"]
-        error, _ = truncate_utf8(text, ERROR_LIMIT_BYTES)
-        return {**described, "status": "failed", "reason": REASON_EXCEPTION, "error": error}
-    result_json = outcome["json"]
-    note = outcome.get("note")
-    if result_json is not None and len(result_json.encode("utf-8")) > result_limit_bytes:
-        result_json = None
-        note = f"completion value exceeds {result_limit_bytes} bytes as JSON; result is null"
-    return {**described, "status": "completed", "result_json": result_json, "note": note}
-
-
-def ready_frame(executions: int) -> dict[str, Any]:
-    return {
-        "type": protocol.MSG_READY,
-        "v": protocol.PROTOCOL_VERSION,
-        "pid": os.getpid(),
-        "executions": executions,
-        "rss_bytes": rss_bytes(),
-    }
+def _configure(reader: protocol.FrameReader) -> tuple[int, GateHolder | None]:
+    message = reader.read()
+    if message.get("type") != protocol.MSG_CONFIGURE:
+        raise ValueError(f"expected a configure frame, not {message.get('type')!r}")
+    slots = message.get("slots")
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= SLOTS_MAX:
+        raise ValueError(f"slots must be an integer within 1..{SLOTS_MAX}")
+    document = message.get("egress")
+    if document is None:
+        return slots, None
+    if not isinstance(document, dict):
+        raise ValueError("egress must be an object")
+    return slots, GateHolder(document)
 
 
 def main() -> int:
@@ -207,29 +293,41 @@ def main() -> int:
     reply_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-
-    def send(message: dict[str, Any]) -> None:
-        protocol.write_frame(reply_fd, message, REPLY_FRAME_BYTES_MAX)
+    threading.stack_size(THREAD_STACK_BYTES)
+    # A disposed isolate's loop drops the calls it can no longer answer; asyncio would log
+    # each at its garbage collection, pushing useful lines out of the stderr tail.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
 
     reader = protocol.FrameReader(0, REQUEST_FRAME_BYTES_MAX)
-    executions = 0
+    try:
+        slots, gate = _configure(reader)
+    except protocol.PeerClosed:
+        return 0
+    except (ValueError, KeyError, TypeError, protocol.ProtocolError) as exc:
+        print(f"engine child: bad configure frame: {exc}", file=sys.stderr)
+        return EXIT_BAD_REQUEST
+    from appliance.engine.v8 import initialise_v8
+
+    if gate is not None:
+        gate.start_runtime()
+    initialise_v8()
+    host = Host(slots, gate, reply_fd)
+    host.warm()
+    host.send(host.ready_frame())
+    if gate is not None:
+        threading.Thread(target=gate.build, name="egress-gate", daemon=True).start()
     while True:
-        runtime = Runtime()
-        send(ready_frame(executions))
         try:
-            request = reader.read()
+            message = reader.read()
         except protocol.PeerClosed:
             return 0  # retired
-        if request.get("type") != protocol.MSG_RUN:
+        kind = message.get("type")
+        if kind == protocol.MSG_RUN:
+            host.start(message)
+        elif kind == protocol.MSG_STOP:
+            host.stop(str(message.get("execution_id")))
+        else:
             return EXIT_BAD_REQUEST
-        reply = runtime.execute(request, lambda: send({"type": protocol.MSG_RUNNING}))
-        executions += 1
-        send(reply)
-        if reply.get("reusable") is not True:
-            return 0  # the parent kills this child; nothing more to do here
-        # The report is out first (its latency matters); the isolate goes before the next
-        # ready frame, which is what the parent waits for before it hands out this child.
-        runtime.dispose()
 
 
 if __name__ == "__main__":

@@ -1,60 +1,67 @@
-"""The real engine: executions run in pre-started, reusable V8 child processes.
+"""The real engine: executions run in pre-started, reusable V8 children, several at a time.
 
 Theory of operation
 -------------------
-The pool (pool.py) decides what may run; this module runs it. A spawner thread keeps
-``warm_children`` children started and warm (mini-racer imported, an isolate and the harness
-built), plus one more for every execution that is waiting for a child, counting children that
-are on their way back (recycling). Only that long-lived thread starts children, because the
-kernel's parent-death signal fires when the *thread* that created a child exits.
+The pool (pool.py) decides what may run; this module runs it; children.py keeps the children.
+A child hosts up to ``executions_per_child`` executions side by side, each in a fresh isolate
+of its own (child.py, sandbox.py): a script that waits — for a timer, for a ``fetch`` response
+— costs an isolate and a few threads, not a process. With ``executions_per_child=1`` every
+execution has a child to itself, the engine of earlier versions.
 
-Reuse. A child runs many scripts, each in a fresh isolate (child.py): after ``done`` it disposes
-of the script's isolate and builds the next one, and its next ``ready`` frame proves that nothing
-of the finished script can still run. The supervisor hands a child back to the ready list only
-after that frame (the "recycle" step, after the report was delivered, so the report does not
-wait for it). A child is never reused after anything but a clean end of the script (completed,
-or an exception the harness caught): on cancel, timeout, out-of-memory, a crash or a protocol
-error it is killed and reaped before the report, as a single-use child always was. It is also
-retired after ``child_executions_max`` executions, when its RSS has grown more than
-``child_rss_growth_bytes_max`` since its first ready frame, when it does not come back ready
-within ``child_recycle_timeout_seconds``, and when it has been idle ``child_idle_seconds`` while
-more than ``warm_children`` children are idle. ``child_executions_max=1`` is the single-use
-engine of earlier versions.
+Each started execution's supervisor takes a slot (children.place), sends the request, and reads
+its frames (children share the reading: process.py) until ``done``, end of file, or the
+backstop: ``timeout_seconds`` plus what the child may take to stop the script itself and
+dispose of it, plus ``kill_grace_seconds`` — the child enforces the timeout; the parent kills a
+child that failed to. ``output`` frames are kept (bounded) so that ``status()`` shows a running
+execution's console output so far.
 
-Each started execution's supervisor takes a warm child (the one most recently returned, so the
-others can idle out), sends the request, and reads frames until ``done``, end of file, or the
-backstop deadline (timeout_seconds + kill_grace_seconds: the child terminates V8 itself at
-timeout_seconds, the parent kills a child that failed to). A child that is not kept is reaped
-before the report, and the capacity returns to the pool only then, so the number of live busy
-children never exceeds max_concurrent. ``cancel`` kills the execution's child under the engine
-lock and only while that child still belongs to the execution, so it can never hit a child that
-was already handed to the next one.
+Stopping one execution (cancel), and the proof behind ``cancelled`` (SPEC §12):
+
+- when the child hosts no other running execution, it is killed and reaped — the proof is the
+  reaped child, as it always was;
+- otherwise the child is asked to stop it (a ``stop`` frame): the child terminates the script,
+  disposes of its isolate, joins its request threads and closes its connections, and answers
+  ``done`` with ``disposed: true`` only when each of those was confirmed. Without that answer
+  within ``stop_grace_seconds``, or with ``disposed: false``, the child is killed and reaped
+  (its other executions end as ``failed``, "engine child died", saying why).
+
+Every ``done`` comes after the child disposed of the execution's isolate (terminating anything
+the script left running, a timer included), joined its request threads and closed its
+connections, within ``child_recycle_timeout_seconds`` — ``disposed: true`` says it did. A
+timeout or out of memory the child handled itself ends like a stop: alone in its child, the
+execution's child is killed and reaped before the report (as single-use children always were);
+sharing it, the confirmed disposal is the proof. A script that ended by itself (completed, or
+an exception the harness caught) keeps its child in service when the disposal was confirmed;
+whatever was not confirmed reaps the child before the report.
 
 Judging the end, in order: a ``done`` frame from the child is the truth (a completion that won a
 race with cancel keeps its result); otherwise a requested cancel is ``cancelled`` (the child is
-already reaped); otherwise the backstop is ``timed_out``; otherwise the child died, and a V8
-out-of-memory abort on its stderr is ``failed`` with reason "out of memory".
+already reaped); otherwise the backstop is ``timed_out``; otherwise the child died — killed by
+the engine for another execution (the report says so), or by itself: a V8 out-of-memory abort
+on its stderr is ``failed`` / "out of memory" when the execution was alone in the child, and
+"engine child died" naming the abort when it was not (which of them caused it cannot be told).
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from appliance.engine import protocol
+from appliance.engine.children import Children
 from appliance.engine.clock import Clock
 from appliance.engine.model import (
     ERROR_LIMIT_BYTES,
+    OUTPUT_GRACE_SECONDS,
     REASON_CANCELLED,
     REASON_CHILD_DIED,
     REASON_CHILD_START,
+    REASON_EXCEPTION,
     REASON_OUT_OF_MEMORY,
     REASON_PROTOCOL,
     REASON_TIMEOUT,
@@ -63,34 +70,49 @@ from appliance.engine.model import (
     ExecutionStatus,
 )
 from appliance.engine.pool import Execution, PoolEngine, check_positive, check_range
-from appliance.engine.process import ChildProcess, ChildStartError, describe_exit
+from appliance.engine.process import ChildEnded, ChildProcess, ChildStartError, describe_exit
 from appliance.engine.protocol import truncate_utf8
 from appliance.engine.text import JSON_DEPTH_MAX, TooDeep, well_formed_json
 
 log = logging.getLogger(__name__)
 
-SPAWN_BACKOFF_SECONDS_MAX = 5.0
 # Reuse limits (named in docs/engine.md); child_executions_max=1 means single-use children.
 CHILD_EXECUTIONS_MAX_DEFAULT = 1000
 CHILD_EXECUTIONS_MAX_LIMIT = 1_000_000
 CHILD_RSS_GROWTH_BYTES_MAX_DEFAULT = 128 * 1024 * 1024
 CHILD_RECYCLE_TIMEOUT_SECONDS_DEFAULT = 5.0
 CHILD_IDLE_SECONDS_DEFAULT = 60.0
+EXECUTIONS_PER_CHILD_DEFAULT = 1
+EXECUTIONS_PER_CHILD_MAX = 64
+EGRESS_REPORT_BYTES_MAX = 32 * 1024  # appliance/egress/record.py bounds the report to this
+DRAIN_SECONDS = 1.0  # reading what a reaped child wrote: its pipe ends at once
 _DONE_STATUSES = {
     "completed": ExecutionStatus.COMPLETED,
     "failed": ExecutionStatus.FAILED,
     "timed_out": ExecutionStatus.TIMED_OUT,
+    "cancelled": ExecutionStatus.CANCELLED,
 }
+# A script that ended by itself: the child reports at once and disposes of the isolate after.
+_CLEAN_REASONS = {None, REASON_EXCEPTION}
 
 
 @dataclass
 class _Outcome:
-    """What the supervisor saw of one child's run."""
+    """What the supervisor saw of one execution in its child."""
 
     reply: dict[str, Any] | None = None
     backstop_fired: bool = False
+    stop_unconfirmed: bool = False
     protocol_error: str | None = None
     exit_code: int | None = None
+
+
+@dataclass
+class _Placement:
+    """An execution's place in a child (``Execution.backend`` while it runs)."""
+
+    child: ChildProcess
+    stop_sent_monotonic: float | None = None
 
 
 class Engine(PoolEngine):
@@ -104,8 +126,10 @@ class Engine(PoolEngine):
         clock: Clock | None = None,
         *,
         warm_children: int | None = None,
+        executions_per_child: int = EXECUTIONS_PER_CHILD_DEFAULT,
         result_limit_bytes: int = RESULT_LIMIT_BYTES_DEFAULT,
         kill_grace_seconds: float = 0.5,
+        stop_grace_seconds: float | None = None,
         child_start_timeout_seconds: float = 30.0,
         reports_max: int = 1024,
         on_child_spawned: Callable[[int], None] | None = None,
@@ -121,328 +145,197 @@ class Engine(PoolEngine):
         self.egress = egress
         warm = min(2, max_concurrent) if warm_children is None else warm_children
         check_range("warm_children", warm, 0, max_concurrent)
+        check_range("executions_per_child", executions_per_child, 1, EXECUTIONS_PER_CHILD_MAX)
         check_range("child_executions_max", child_executions_max, 1, CHILD_EXECUTIONS_MAX_LIMIT)
         check_range("child_rss_growth_bytes_max", child_rss_growth_bytes_max, 0, 2**40)
         check_positive("child_recycle_timeout_seconds", child_recycle_timeout_seconds)
         check_positive("child_idle_seconds", child_idle_seconds)
+        # What a child may take to stop one execution and prove it: its disposal bound, plus
+        # the grace the parent gives any child before it kills.
+        if stop_grace_seconds is None:
+            stop_grace_seconds = child_recycle_timeout_seconds + kill_grace_seconds
+        check_positive("stop_grace_seconds", stop_grace_seconds)
+        self.executions_per_child = executions_per_child
         self.child_executions_max = child_executions_max
         self.child_rss_growth_bytes_max = child_rss_growth_bytes_max
         self._child_recycle_timeout_seconds = child_recycle_timeout_seconds
-        self._child_idle_seconds = child_idle_seconds
         self.result_limit_bytes = result_limit_bytes
-        self._warm_target = warm
         self._kill_grace_seconds = kill_grace_seconds
+        self._stop_grace_seconds = stop_grace_seconds
         self._child_start_timeout_seconds = child_start_timeout_seconds
-        self._on_child_spawned = on_child_spawned
         # JSON escaping can grow text up to six-fold; the frame cap still bounds allocation.
-        self._reply_frame_bytes_max = (
-            6 * (output_limit_bytes + result_limit_bytes + 2 * ERROR_LIMIT_BYTES) + 64 * 1024
+        reply_frame_bytes_max = (
+            6
+            * (
+                output_limit_bytes
+                + result_limit_bytes
+                + 2 * ERROR_LIMIT_BYTES
+                + EGRESS_REPORT_BYTES_MAX
+            )
+            + 64 * 1024
         )
-        self._ready: collections.deque[ChildProcess] = collections.deque()
-        self._starting: list[ChildProcess] = []
-        self._starting_count = 0
-        self._waiting_for_child = 0
-        self._live_pids: set[int] = set()
-        # Children whose script ended cleanly, on their way back to _ready (see _recycle).
-        self._recycling: set[ChildProcess] = set()
-        self._returning: dict[str, ChildProcess] = {}  # execution id -> its child, kept
-        self._spawned_total = 0
-        self._last_start_error = ""
-        self._spawner = threading.Thread(
-            target=self._spawner_loop, name="engine-spawner", daemon=True
+        self._children = Children(
+            self._cond,
+            executions_per_child=executions_per_child,
+            warm_executions=warm,
+            child_executions_max=child_executions_max,
+            child_rss_growth_bytes_max=child_rss_growth_bytes_max,
+            child_idle_seconds=child_idle_seconds,
+            child_start_timeout_seconds=child_start_timeout_seconds,
+            reply_frame_bytes_max=reply_frame_bytes_max,
+            egress_document=self._egress_document,
+            on_child_spawned=on_child_spawned,
+            reserved_locked=lambda: min(self._reserved, self.max_concurrent),
         )
-        self._spawner.start()
+        self._children.start()
+
+    def _egress_document(self) -> dict[str, Any] | None:
+        return None if self.egress is None else self.egress.to_child_json()
 
     # ----- backend hooks --------------------------------------------------------------------
 
     def child_pids(self) -> frozenset[int]:
         """Pids of every child this engine has started and not yet reaped."""
         with self._cond:
-            return frozenset(self._live_pids)
+            return self._children.live_pids_locked()
 
     def _backend_counts_locked(self) -> tuple[int, int]:
-        return len(self._ready), len(self._live_pids)
+        return self._children.idle_count_locked(), len(self._children.live_pids_locked())
 
     def _backend_extra_stats_locked(self) -> dict[str, int]:
-        return {"children_spawned_total": self._spawned_total}
+        return {"children_spawned_total": self._children.spawned_total}
 
     def _stop(self, execution: Execution) -> None:
-        # Under the lock: once the supervisor has kept the child for reuse it clears
-        # execution.backend under the same lock, so this can never kill a child that already
-        # runs another execution.
+        """Cancel or shutdown: kill the child when the execution is alone in it (or the
+        engine is closing), else ask the child to stop that one execution."""
+        execution_id = execution.request.execution_id
         with self._cond:
-            child = execution.backend
-            if child is not None:
-                child.kill()
+            placement = execution.backend
+            if not isinstance(placement, _Placement):
+                return  # not placed yet: placement sees cancel_reason and gives up
+            child = placement.child
+            if execution_id not in child.hosted:
+                return  # its script already ended: its report is on the way
+            others = child.hosted - {execution_id}
+            kill = self._closed or not others or child.slots == 1
+            if not kill:
+                placement.stop_sent_monotonic = time.monotonic()
+        if kill:
+            self._children.retire(child)
+            return
+        with contextlib.suppress(OSError, ValueError):  # gone: the supervisor sees end of file
+            child.send({"type": protocol.MSG_STOP, "execution_id": execution_id})
+        child.wake(execution_id)
 
     def _shutdown_backend(self, deadline_monotonic: float) -> bool:
-        with self._cond:
-            warm = list(self._ready) + list(self._starting)
-            self._ready.clear()
-            for child in self._recycling:
-                child.kill()  # their recycler sees end of file, reaps and forgets them
-            self._cond.notify_all()
-        for child in warm:
-            child.kill()
-        self._spawner.join(max(0.0, deadline_monotonic - time.monotonic()))
-        for child in warm:
-            if child.reap(max(0.0, deadline_monotonic - time.monotonic())) is not None:
-                child.close()
-                self._forget_pid(child.pid)
-        with self._cond:
-            while self._recycling and time.monotonic() < deadline_monotonic:
-                self._cond.wait(max(0.0, deadline_monotonic - time.monotonic()))
-            recycled = not self._recycling
-        return recycled and not self._spawner.is_alive()
+        return self._children.shutdown(deadline_monotonic)
 
     def _execute(self, execution: Execution) -> ExecutionReport:
+        deadline = time.monotonic() + self._child_start_timeout_seconds
         try:
-            child = self._take_child(execution)
+            child = self._children.place(execution, deadline)
         except ChildStartError as exc:
             return self._failed_report(execution, REASON_CHILD_START, str(exc))
         if child is None:
             return self._cancelled_report(execution, execution.cancel_reason or REASON_CANCELLED)
+        execution_id = execution.request.execution_id
+        with self._cond:
+            execution.backend = _Placement(child)
+            execution.pid = child.pid
         kept = False
         try:
             outcome = self._converse(execution, child)
             kept = self._keep_or_reap(execution, child, outcome)
             return self._judge(execution, child, outcome)
         finally:
-            if not kept:
-                if child.alive():  # only after an unexpected error: never leave a child behind
-                    child.kill_and_reap()
-                child.close()
-                self._forget_pid(child.pid)
-
-    def _keep_or_reap(self, execution: Execution, child: ChildProcess, outcome: _Outcome) -> bool:
-        """After the conversation: keep the child for reuse (True), or kill and reap it now,
-        before the report, so that only a reaped child ever backs a stop."""
-        reply = outcome.reply
-        reusable = (
-            reply is not None
-            and reply.get("reusable") is True
-            and child.executions_done < self.child_executions_max
-        )
-        with self._cond:
-            if reusable and execution.cancel_reason is None and not self._closed:
-                execution.backend = None  # from here on a cancel cannot reach this child
-                self._recycling.add(child)
-                self._returning[execution.request.execution_id] = child
-                return True
-        outcome.exit_code = child.kill_and_reap()
-        return False
-
-    def _after_report(self, execution: Execution) -> None:
-        with self._cond:
-            child = self._returning.pop(execution.request.execution_id, None)
-        if child is not None:
-            self._recycle(child)
-
-    def _recycle(self, child: ChildProcess) -> None:
-        """Wait for the kept child's next ready frame (its old isolate is gone), then hand it
-        back; a child that is late, broken or grown too much is killed and reaped instead."""
-        why = None
-        deadline = time.monotonic() + self._child_recycle_timeout_seconds
-        try:
-            child.wait_ready(deadline)
-        except ChildStartError as exc:
-            why = f"did not come back ready: {exc}"
-        if why is None and time.monotonic() > deadline:  # a frame read late is late
-            why = f"not back ready within {self._child_recycle_timeout_seconds} s"
-        if why is None and child.rss_growth_bytes() > self.child_rss_growth_bytes_max:
-            why = f"RSS grew by {child.rss_growth_bytes()} bytes"
-        with self._cond:
-            if why is None and not self._closed:
-                self._recycling.discard(child)
-                child.idle_since_monotonic = time.monotonic()
-                self._ready.append(child)
-                self._cond.notify_all()
-                return
-        if why is not None and not self._closed:
-            log.info("retiring engine child %s: %s", child.pid, why)
-        child.kill_and_reap()
-        child.close()
-        self._forget_pid(child.pid)
-        with self._cond:
-            self._recycling.discard(child)
-            self._cond.notify_all()
-
-    # ----- children -------------------------------------------------------------------------
-
-    def _spawn_deficit_locked(self) -> int:
-        wanted = self._warm_target + self._waiting_for_child
-        return wanted - len(self._ready) - self._starting_count - len(self._recycling)
-
-    def _idle_excess_locked(self) -> tuple[ChildProcess | None, float | None]:
-        """The oldest idle child beyond warm_children that idled long enough to retire, else
-        (None, seconds until the next one would)."""
-        if len(self._ready) <= self._warm_target + self._waiting_for_child:
-            return None, None
-        oldest = self._ready[0]
-        left = oldest.idle_since_monotonic + self._child_idle_seconds - time.monotonic()
-        if left > 0:
-            return None, left
-        self._ready.popleft()
-        return oldest, None
-
-    def _spawner_loop(self) -> None:
-        failures = 0
-        while True:
             with self._cond:
-                while not self._closed and self._spawn_deficit_locked() <= 0:
-                    idle, wait_seconds = self._idle_excess_locked()
-                    if idle is not None:
-                        break
-                    self._cond.wait(wait_seconds)
-                else:
-                    idle = None
-                if self._closed:
-                    return
-                count = max(0, self._spawn_deficit_locked()) if idle is None else 0
-                self._starting_count += count
-            if idle is not None:  # the spawner retires too: it is the thread that has time
-                idle.kill_and_reap()
-                idle.close()
-                self._forget_pid(idle.pid)
-                continue
-            failed = self._spawn_batch(count)
-            failures = failures + 1 if failed else 0
-            if failures:
-                backoff = min(SPAWN_BACKOFF_SECONDS_MAX, 0.05 * 2**failures)
-                with self._cond:
-                    if not self._closed:
-                        self._cond.wait(backoff)
+                execution.backend = None
+            if not kept and child.alive():  # only after an unexpected error: leave no child
+                self._children.retire(child, "the engine met an unexpected error")
+                child.reap(None)
+            self._children.leave(child, execution_id)  # before the report: the slot is free
 
-    def _spawn_batch(self, count: int) -> bool:
-        """Start count children and wait for them to be ready; True if any failed."""
-        started: list[ChildProcess] = []
-        failed = False
-        for _ in range(count):
-            try:
-                child = ChildProcess.spawn(self._reply_frame_bytes_max)
-            except OSError as exc:
-                failed = True
-                self._note_start_failure(None, f"cannot start engine child: {exc}")
-                continue
-            with self._cond:
-                self._live_pids.add(child.pid)
-                self._starting.append(child)
-                self._spawned_total += 1
-            if self._on_child_spawned is not None:
-                try:
-                    self._on_child_spawned(child.pid)
-                except Exception:
-                    log.exception("on_child_spawned callback failed")
-            started.append(child)
-        deadline = time.monotonic() + self._child_start_timeout_seconds
-        for child in started:
-            try:
-                child.wait_ready(deadline)
-            except ChildStartError as exc:
-                failed = True
-                child.kill_and_reap()
-                self._note_start_failure(child, f"{exc}; stderr: {child.stderr_tail()[-2000:]}")
-                child.close()
-                continue
-            with self._cond:
-                self._starting.remove(child)
-                self._starting_count -= 1
-                if not self._closed:
-                    child.idle_since_monotonic = time.monotonic()
-                    self._ready.append(child)
-                    self._cond.notify_all()
-                    continue
-            child.kill_and_reap()
-            child.close()
-            self._forget_pid(child.pid)
-        return failed
-
-    def _note_start_failure(self, child: ChildProcess | None, message: str) -> None:
-        with self._cond:
-            if not self._closed:  # children killed by shutdown are not failures
-                log.error("%s", message)
-            if child is not None:
-                self._starting.remove(child)
-                self._live_pids.discard(child.pid)
-            self._starting_count -= 1
-            self._last_start_error = message
-            self._cond.notify_all()
-
-    def _forget_pid(self, pid: int) -> None:
-        with self._cond:
-            self._live_pids.discard(pid)
-            self._cond.notify_all()
-
-    def _take_child(self, execution: Execution) -> ChildProcess | None:
-        """A warm child bound to the execution, or None when the execution was cancelled."""
-        deadline = time.monotonic() + self._child_start_timeout_seconds
-        with self._cond:
-            self._waiting_for_child += 1
-            self._cond.notify_all()
-            try:
-                while True:
-                    if execution.cancel_reason is not None:
-                        return None
-                    while self._ready:
-                        child = self._ready.pop()  # the freshest: older ones may idle out
-                        if child.alive():
-                            execution.backend = child
-                            execution.pid = child.pid
-                            return child
-                        child.close()  # died while idle; alive() already reaped it
-                        self._live_pids.discard(child.pid)
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        raise ChildStartError(
-                            f"no engine child became ready within "
-                            f"{self._child_start_timeout_seconds} s: {self._last_start_error}"
-                        )
-                    self._cond.wait(remaining)
-            finally:
-                self._waiting_for_child -= 1
-
-    # ----- one execution ----------------------------------------------------
+    # ----- one execution --------------------------------------------------------------------
 
     def _converse(self, execution: Execution, child: ChildProcess) -> _Outcome:
         request = execution.request
+        execution_id = request.execution_id
+
         outcome = _Outcome()
+        backstop = (
+            time.monotonic()
+            + request.timeout_seconds
+            + OUTPUT_GRACE_SECONDS
+            + self._child_recycle_timeout_seconds
+            + self._kill_grace_seconds
+        )
         try:
             child.send(
                 {
                     "type": protocol.MSG_RUN,
-                    "execution_id": request.execution_id,
+                    "execution_id": execution_id,
                     "code": request.code,
                     "scheduled": request.scheduled.to_json(),
                     "heap_mb": request.heap_mb,
                     "timeout_seconds": request.timeout_seconds,
                     "output_limit_bytes": self.output_limit_bytes,
                     "result_limit_bytes": self.result_limit_bytes,
+                    "dispose_seconds": self._child_recycle_timeout_seconds,
                 }
             )
-            deadline = time.monotonic() + request.timeout_seconds + self._kill_grace_seconds
             while outcome.reply is None:
-                self._handle_frame(execution, outcome, child.read(deadline))
-        except OSError:
+                deadline = backstop
+                stop_deadline = self._stop_deadline(execution)
+                if stop_deadline is not None:
+                    deadline = min(deadline, stop_deadline)
+                try:
+                    message = child.receive(execution_id, deadline)
+                except protocol.FrameTimeout:
+                    if stop_deadline is not None and time.monotonic() >= stop_deadline:
+                        outcome.stop_unconfirmed = True
+                        note = f"the stop of {execution_id} could not be confirmed in time"
+                    else:
+                        outcome.backstop_fired = True
+                        note = f"{execution_id} did not stop at its timeout"
+                    self._children.retire(child, note)
+                    break
+                if message is not None:
+                    self._handle_frame(execution, outcome, message)
+        except (OSError, ValueError):
             pass  # the child is gone; its exit status says why
-        except protocol.FrameTimeout:
-            outcome.backstop_fired = True
-        except protocol.PeerClosed:
+        except ChildEnded:
             pass
         except protocol.ProtocolError as exc:
             outcome.protocol_error = str(exc)
+            self._children.retire(child, f"it broke the protocol: {exc}")
         if outcome.reply is not None:
-            child.executions_done += 1
-            return outcome  # _keep_or_reap decides: reuse it, or kill and reap it now
-        outcome.exit_code = child.kill_and_reap()
+            return outcome  # _keep_or_reap decides: keep it, or kill and reap it now
+        self._children.retire(child)
+        outcome.exit_code = child.reap(None)
+        self._note_hosted_at_end(child)
         if outcome.protocol_error is None:
-            # Everything the child wrote before it died is still in the pipe: a done frame
-            # that raced the kill wins.
-            with contextlib.suppress(
-                protocol.FrameTimeout, protocol.PeerClosed, protocol.ProtocolError, OSError
-            ):
+            # Everything the child wrote before it died is in its pipe or the mailbox, and the
+            # reaped child's pipe ends at once: a done frame that raced the kill wins.
+            drained_by = time.monotonic() + DRAIN_SECONDS
+            try:
                 while outcome.reply is None:
-                    self._handle_frame(execution, outcome, child.read(time.monotonic()))
+                    message = child.receive(execution_id, drained_by)
+                    if message is not None:
+                        self._handle_frame(execution, outcome, message)
+            except (protocol.FrameTimeout, ChildEnded, protocol.ProtocolError):
+                pass
         return outcome
+
+    def _stop_deadline(self, execution: Execution) -> float | None:
+        with self._cond:
+            placement = execution.backend
+            sent = placement.stop_sent_monotonic if isinstance(placement, _Placement) else None
+        return None if sent is None else sent + self._stop_grace_seconds
+
+    def _note_hosted_at_end(self, child: ChildProcess) -> None:
+        with self._cond:
+            if child.hosted_at_end is None:
+                child.hosted_at_end = frozenset(child.hosted)
 
     def _handle_frame(
         self, execution: Execution, outcome: _Outcome, message: dict[str, Any]
@@ -452,14 +345,47 @@ class Engine(PoolEngine):
             outcome.reply = message
         elif kind == protocol.MSG_RUNNING:
             self._mark_started(execution)
+        elif kind == protocol.MSG_OUTPUT:
+            text = message.get("text")
+            if isinstance(text, str):
+                self._append_output(execution, text, message.get("truncated") is True)
         else:
             raise protocol.ProtocolError(f"unexpected frame {kind!r}")
+
+    def _keep_or_reap(self, execution: Execution, child: ChildProcess, outcome: _Outcome) -> bool:
+        """After ``done``: keep the child in service, or kill and reap it now, before the
+        report — see the module doc for when."""
+        reply = outcome.reply
+        if reply is None:
+            return False  # already reaped in _converse
+        execution_id = execution.request.execution_id
+        disposed = reply.get("disposed") is True
+        clean = reply.get("status") in ("completed", "failed") and reply.get("reason") in (
+            _CLEAN_REASONS
+        )
+        child.note_rss(reply.get("rss_bytes"))
+        with self._cond:
+            others = child.hosted - {execution_id}
+            kill = (
+                self._closed
+                or not disposed  # nothing unproved stays in service
+                or (not clean and not others)  # alone: the reaped child is the proof
+                or (child.retiring and not others)  # its last execution: retire it now
+            )
+        if not kill:
+            return True
+        note = None if disposed else f"the end of {execution_id} could not be confirmed"
+        self._children.retire(child, note)
+        outcome.exit_code = child.reap(None)
+        return False
+
+    # ----- judging --------------------------------------------------------------------------
 
     def _judge(
         self, execution: Execution, child: ChildProcess, outcome: _Outcome
     ) -> ExecutionReport:
         if outcome.reply is not None:
-            return self._report_from_reply(execution, child, outcome.reply)
+            return self._report_from_reply(execution, outcome.reply)
         if execution.cancel_reason is not None:
             return self._cancelled_report(execution, execution.cancel_reason)
         if outcome.backstop_fired:
@@ -467,25 +393,39 @@ class Engine(PoolEngine):
                 execution,
                 ExecutionStatus.TIMED_OUT,
                 reason=REASON_TIMEOUT,
-                note="the child did not stop at the timeout and was killed; output was lost",
+                note="the child did not stop at the timeout and was killed; "
+                "output after the last line read was lost",
+                output=execution.output,
+                output_truncated=execution.output_truncated,
             )
         if outcome.protocol_error is not None:
             return self._failed_report(execution, REASON_PROTOCOL, outcome.protocol_error)
-        tail = child.stderr_tail()
         exit_text = describe_exit(outcome.exit_code if outcome.exit_code is not None else -9)
+        if child.end_note is not None:
+            error, _ = truncate_utf8(
+                f"engine child {exit_text}: the engine killed it because {child.end_note}",
+                ERROR_LIMIT_BYTES,
+            )
+            return self._failed_report(execution, REASON_CHILD_DIED, error)
+        alone = (child.hosted_at_end or frozenset()) <= {execution.request.execution_id}
+        tail = child.stderr_tail()
         if "out of memory" in tail.lower():
             lines = [line for line in tail.splitlines() if "out of memory" in line.lower()]
-            return self._failed_report(
-                execution, REASON_OUT_OF_MEMORY, f"V8 aborted ({exit_text}): {lines[-1].strip()}"
+            detail = f"V8 aborted ({exit_text}): {lines[-1].strip()}"
+            if alone:
+                return self._failed_report(execution, REASON_OUT_OF_MEMORY, detail)
+            error, _ = truncate_utf8(
+                f"{detail}; the child hosted {len(child.hosted_at_end or ())} executions and "
+                "which of them ran out of memory cannot be told",
+                ERROR_LIMIT_BYTES,
             )
+            return self._failed_report(execution, REASON_CHILD_DIED, error)
         fatal = [line.strip("# ") for line in tail.splitlines() if "Fatal" in line]
         detail = fatal[-1] if fatal else tail[-2000:]
         error, _ = truncate_utf8(f"engine child {exit_text}: {detail}", ERROR_LIMIT_BYTES)
         return self._failed_report(execution, REASON_CHILD_DIED, error)
 
-    def _report_from_reply(
-        self, execution: Execution, child: ChildProcess, reply: dict[str, Any]
-    ) -> ExecutionReport:
+    def _report_from_reply(self, execution: Execution, reply: dict[str, Any]) -> ExecutionReport:
         status = _DONE_STATUSES.get(reply.get("status"))  # type: ignore[arg-type]
         if status is None:
             return self._failed_report(execution, REASON_PROTOCOL, f"bad status in {reply!r}")
@@ -504,11 +444,11 @@ class Engine(PoolEngine):
                     return self._failed_report(
                         execution, REASON_PROTOCOL, f"result_json is not JSON: {exc}"
                     )
-        raw_output = reply.get("output")
-        raw_output = raw_output if isinstance(raw_output, str) else ""
-        output, cut = truncate_utf8(raw_output, self.output_limit_bytes)
         error = reply.get("error")
         reason = reply.get("reason")
+        if status is ExecutionStatus.CANCELLED:
+            reason = execution.cancel_reason or REASON_CANCELLED
+        egress = reply.get("egress")
         return self._terminal(
             execution,
             status,
@@ -516,6 +456,7 @@ class Engine(PoolEngine):
             error=truncate_utf8(error, ERROR_LIMIT_BYTES)[0] if isinstance(error, str) else None,
             reason=reason if isinstance(reason, str) else None,
             note="; ".join(notes) or None,
-            output=output,
-            output_truncated=cut or bool(reply.get("output_truncated")),
+            output=execution.output,
+            output_truncated=execution.output_truncated or reply.get("output_truncated") is True,
+            egress=egress if isinstance(egress, dict) else None,
         )

@@ -22,6 +22,13 @@ OUTPUT_LIMIT_BYTES_MAX = 256 * 1024
 RESULT_LIMIT_BYTES_DEFAULT = 64 * 1024
 ERROR_LIMIT_BYTES = 8 * 1024
 
+# How long a timed-out or out-of-memory script gets to hand over its last console text (the
+# child, sandbox.py; the parent's backstop allows for it).
+OUTPUT_GRACE_SECONDS = 0.25
+# How long disposing of everything an execution started may take in the child when the run
+# does not say (the engine sends child_recycle_timeout_seconds).
+DISPOSE_SECONDS_DEFAULT = 2.0
+
 # Reasons carried by terminal reports.
 REASON_EXCEPTION = "uncaught exception"
 REASON_OUT_OF_MEMORY = "out of memory"

@@ -52,6 +52,7 @@ from appliance.engine.model import (
     PoolFull,
     UnknownExecution,
 )
+from appliance.engine.protocol import truncate_utf8
 from appliance.engine.text import TooDeep, well_formed, well_formed_json
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,9 @@ class Execution:
     cancel_reason: str | None = None
     thread: threading.Thread | None = None
     backend: Any = None  # the backend's handle on the running work (e.g. its child process)
+    output: str = ""  # console output so far (bounded by output_limit_bytes)
+    output_bytes: int = 0
+    output_truncated: bool = False
 
 
 class PoolEngine(abc.ABC):
@@ -128,11 +132,6 @@ class PoolEngine(abc.ABC):
         """Backend counters added to stats() (EngineStats fields)."""
         return {}
 
-    def _after_report(self, execution: Execution) -> None:
-        """Supervisor thread, after the terminal report was delivered: tidy up off the report's
-        critical path (the real engine recycles the child here)."""
-        return None
-
     def child_pids(self) -> frozenset[int]:
         """Pids of every child process this engine started and has not reaped."""
         return frozenset()
@@ -151,6 +150,7 @@ class PoolEngine(abc.ABC):
                 )
             self._reserved += 1
             self._next_token += 1
+            self._cond.notify_all()  # the real engine warms children for what is coming
             return Reservation(self, self._next_token)
 
     def capacity(self) -> tuple[int, int, int]:
@@ -159,16 +159,20 @@ class PoolEngine(abc.ABC):
         with self._cond:
             return self.max_concurrent, self.max_queued, self._reserved
 
-    def _release_reservation(self, reservation: Reservation) -> None:
+    def release_reservation(self, reservation: Reservation) -> None:
+        """capability.CapacityHolder: an unused reservation gives its capacity back."""
         with self._cond:
             self._reserved -= 1
             self._cond.notify_all()
 
-    def _submit(self, reservation: Reservation, request: ExecutionRequest) -> ExecutionReport:
+    def submit_reserved(
+        self, reservation: Reservation, request: ExecutionRequest
+    ) -> ExecutionReport:
+        """capability.CapacityHolder: the capability's submission, after its re-check."""
         with self._cond:
             # From here on the capacity is the engine's to return; a reservation that its
             # holder already released raises instead, changing nothing.
-            reservation._hand_over()
+            reservation.hand_over()
             if self._closed:
                 self._reserved -= 1
                 raise EngineClosed("engine is shut down")
@@ -205,10 +209,6 @@ class PoolEngine(abc.ABC):
         with self._cond:
             self._finish_locked(execution, report, was_running=True)
         self._deliver(execution, report)
-        try:
-            self._after_report(execution)
-        except Exception:
-            log.exception("engine clean-up after a report failed")
 
     # ----- observation ----------------------------------------------------------------------
 
@@ -327,10 +327,36 @@ class PoolEngine(abc.ABC):
         )
 
     def _failed_report(self, execution: Execution, reason: str, error: str) -> ExecutionReport:
-        return self._terminal(execution, ExecutionStatus.FAILED, reason=reason, error=error)
+        return self._terminal(
+            execution,
+            ExecutionStatus.FAILED,
+            reason=reason,
+            error=error,
+            output=execution.output,
+            output_truncated=execution.output_truncated,
+        )
 
     def _cancelled_report(self, execution: Execution, reason: str) -> ExecutionReport:
-        return self._terminal(execution, ExecutionStatus.CANCELLED, reason=reason)
+        # The output the script wrote before it was stopped (live output, below) stays.
+        return self._terminal(
+            execution,
+            ExecutionStatus.CANCELLED,
+            reason=reason,
+            output=execution.output,
+            output_truncated=execution.output_truncated,
+        )
+
+    def _append_output(self, execution: Execution, text: str, truncated: bool) -> None:
+        """Console output of a running execution, as it arrives; bounded by
+        output_limit_bytes (cut on a character boundary) so status() can show it."""
+        with self._cond:
+            if execution.report is not None:
+                return
+            room = self.output_limit_bytes - execution.output_bytes
+            kept, cut = truncate_utf8(text, max(0, room))
+            execution.output += kept
+            execution.output_bytes += len(kept.encode("utf-8"))
+            execution.output_truncated = execution.output_truncated or truncated or cut
 
     def _mark_started(self, execution: Execution) -> None:
         """The script has started: stamp started_at and tell the listeners."""
@@ -349,6 +375,8 @@ class PoolEngine(abc.ABC):
             status=ExecutionStatus.RUNNING,
             started_at=execution.started_at,
             pid=execution.pid,
+            output=execution.output,
+            output_truncated=execution.output_truncated,
         )
 
     def _finish_locked(

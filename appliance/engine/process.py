@@ -4,12 +4,21 @@ Children are started by re-invoking the interpreter on the child entry point (sp
 the engine never forks a process that has threads or a V8 isolate. ``child_command`` is the one
 place that decides how; packaging can change it (for a zipapp) without touching anything else.
 
+A child hosts several executions at once, so its frames interleave. Their supervisors share the
+reading (leader and followers): one of the waiting supervisors reads the pipe, keeps a frame that
+names its own execution and files any other in the mailbox of the execution it names, waking its
+supervisor; when it has its frame it hands the reading over. So a child running one execution
+costs no thread hand-off per frame (a hand-off waits for the GIL, which a busy worker holds for
+milliseconds at a time). End of file, or a frame that breaks the protocol, ends every mailbox of
+the child (each supervisor then judges its own execution from the exit status).
+
 The child gets a scrubbed environment: only the variables the interpreter needs to find the
 package, plus the expected parent pid. Worker credentials therefore never reach a child.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -18,6 +27,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import IO, Any
 
@@ -27,6 +37,7 @@ from appliance.engine.protocol import PARENT_PID_ENV
 CHILD_MODULE = "appliance.engine.child"
 ENV_ALLOWLIST = ("PATH", "PYTHONPATH", "PYTHONHOME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR")
 STDERR_TAIL_BYTES = 8 * 1024
+READ_SLICE_SECONDS = 0.1  # a reading supervisor looks at its wake-ups and deadline this often
 REQUEST_FRAME_BYTES_MAX = 8 * 1024 * 1024
 
 
@@ -45,18 +56,35 @@ class ChildStartError(Exception):
     """The child did not become ready."""
 
 
+class ChildEnded(Exception):
+    """The child's pipe ended (end of file or a protocol error) before the awaited frame."""
+
+
 class ChildProcess:
-    """One engine child seen from the parent. Not thread-safe except kill()."""
+    """One engine child seen from the parent. ``send``, ``kill`` and the mailboxes are
+    thread-safe; the rest belongs to the engine (under its lock)."""
 
     def __init__(self, popen: subprocess.Popen[bytes], stderr_file: IO[bytes]) -> None:
         self._popen = popen
         self._stderr_file = stderr_file
         self._reader: protocol.FrameReader | None = None
         self.pid = popen.pid
-        self.executions_done = 0  # done frames read from this child
+        self.slots = 1
         self.idle_since_monotonic = 0.0
         self._rss_bytes_first: int | None = None
         self._rss_bytes_last = 0
+        self._send_lock = threading.Lock()
+        self._frames = threading.Condition()  # guards everything below
+        self._mailboxes: dict[str, collections.deque[dict[str, Any] | None]] = {}
+        self._ended: str | None = None  # why the pipe ended, once it has
+        self._reader_busy = False  # a supervisor is reading the pipe for everyone
+        # The engine's bookkeeping (under the engine's lock):
+        self.hosted: set[str] = set()  # placed, not yet done
+        self.placed_total = 0
+        self.retiring = False  # takes no new execution; killed once empty (or at once)
+        self.end_note: str | None = None  # why the engine killed it (for the other executions)
+        self.hosted_at_end: frozenset[str] | None = None  # who was running when it died
+        self.buried = False  # reaped, pipes closed, pid forgotten
 
     @classmethod
     def spawn(cls, reply_frame_bytes_max: int) -> ChildProcess:
@@ -83,31 +111,39 @@ class ChildProcess:
         child._reader = protocol.FrameReader(popen.stdout.fileno(), reply_frame_bytes_max)
         return child
 
+    def configure(self, slots: int, egress: dict[str, Any] | None) -> None:
+        """The first frame: how many executions the child hosts, and the egress handoff (it
+        holds credential values: stdin only, never logged)."""
+        self.slots = slots
+        self.send({"type": protocol.MSG_CONFIGURE, "slots": slots, "egress": egress})
+
     def wait_ready(self, deadline_monotonic: float) -> None:
         try:
             message = self.read(deadline_monotonic)
-        except (protocol.PeerClosed, protocol.FrameTimeout, protocol.ProtocolError) as exc:
+        except (protocol.PeerClosed, protocol.FrameTimeout, protocol.ProtocolError, OSError) as exc:
             raise ChildStartError(f"child {self.pid} not ready: {exc}") from exc
         if message.get("type") != protocol.MSG_READY or message.get("pid") != self.pid:
             raise ChildStartError(f"child {self.pid} sent {message!r} instead of ready")
         if message.get("v") != protocol.PROTOCOL_VERSION:
             raise ChildStartError(f"child {self.pid} speaks protocol {message.get('v')!r}")
-        if message.get("executions") != self.executions_done:
+        if message.get("slots") != self.slots:
             raise ChildStartError(
-                f"child {self.pid} reports {message.get('executions')!r} executions, "
-                f"the parent saw {self.executions_done}"
+                f"child {self.pid} offers {message.get('slots')!r} slots, not {self.slots}"
             )
-        rss = message.get("rss_bytes")
+        self.note_rss(message.get("rss_bytes"))
+
+    def note_rss(self, rss: Any) -> None:
         if isinstance(rss, int) and not isinstance(rss, bool):
             self._rss_bytes_last = rss
             if self._rss_bytes_first is None:
                 self._rss_bytes_first = rss
 
     def rss_growth_bytes(self) -> int:
-        """How much the child's RSS grew from its first ready frame to its latest one."""
+        """How much the child's RSS grew from its ready frame to its latest done one."""
         return self._rss_bytes_last - (self._rss_bytes_first or self._rss_bytes_last)
 
     def read(self, deadline_monotonic: float | None) -> dict[str, Any]:
+        """One frame from the pipe: the ready frame, then whichever frame comes (``receive``)."""
         if self._reader is None:
             raise ChildStartError("child has no reader")
         return self._reader.read(deadline_monotonic)
@@ -116,7 +152,94 @@ class ChildProcess:
         stdin = self._popen.stdin
         if stdin is None:
             raise BrokenPipeError("child has no stdin")
-        protocol.write_frame(stdin.fileno(), message, REQUEST_FRAME_BYTES_MAX)
+        with self._send_lock:
+            protocol.write_frame(stdin.fileno(), message, REQUEST_FRAME_BYTES_MAX)
+
+    # ----- after ready: the supervisors share the reading, one mailbox per execution -------
+
+    def open_mailbox(self, execution_id: str) -> None:
+        """Frames naming execution_id are kept for it from now on."""
+        with self._frames:
+            self._mailboxes.setdefault(execution_id, collections.deque())
+
+    def forget_mailbox(self, execution_id: str) -> None:
+        with self._frames:
+            self._mailboxes.pop(execution_id, None)
+
+    def wake(self, execution_id: str) -> None:
+        """Make the execution's pending ``receive`` return None once (something to look at)."""
+        with self._frames:
+            box = self._mailboxes.get(execution_id)
+            if box is not None:
+                box.append(None)
+                self._frames.notify_all()
+
+    @property
+    def ended(self) -> str | None:
+        """Why the pipe ended (end of file, a protocol error), or None while it is open."""
+        with self._frames:
+            return self._ended
+
+    def receive(self, execution_id: str, deadline_monotonic: float) -> dict[str, Any] | None:
+        """The next frame naming execution_id; None when woken (``wake``); FrameTimeout at the
+        deadline; ChildEnded once the pipe ended and nothing is left for it."""
+        while True:
+            with self._frames:
+                while True:
+                    box = self._mailboxes.get(execution_id)
+                    if box:
+                        return box.popleft()
+                    if self._ended is not None:
+                        raise ChildEnded(self._ended)
+                    if not self._reader_busy:
+                        self._reader_busy = True
+                        break  # this supervisor reads for everyone, outside the lock
+                    remaining = deadline_monotonic - time.monotonic()
+                    if remaining <= 0:
+                        raise protocol.FrameTimeout("no frame before the deadline")
+                    self._frames.wait(remaining)
+            try:
+                mine = self._read_one(execution_id, deadline_monotonic)
+            finally:
+                with self._frames:
+                    self._reader_busy = False
+                    self._frames.notify_all()  # a follower takes the reading over
+            if mine is not None:
+                return mine
+
+    def _read_one(self, execution_id: str, deadline_monotonic: float) -> dict[str, Any] | None:
+        """Read one frame (at most READ_SLICE_SECONDS, so a wake or the deadline is noticed):
+        return it when it is execution_id's, else file it and return None."""
+        slice_end = min(deadline_monotonic, time.monotonic() + READ_SLICE_SECONDS)
+        try:
+            message = self.read(slice_end)
+        except protocol.FrameTimeout:
+            if time.monotonic() >= deadline_monotonic:
+                raise
+            return None
+        except protocol.PeerClosed:
+            self._end("end of file")
+            return None
+        except (protocol.ProtocolError, OSError, ValueError) as exc:
+            self._end(f"protocol error: {exc}")
+            return None
+        owner = message.get("execution_id")
+        if owner == execution_id:
+            return message
+        with self._frames:
+            box = self._mailboxes.get(owner) if isinstance(owner, str) else None
+            if box is not None:
+                box.append(message)
+                self._frames.notify_all()
+                return None
+        self._end(f"protocol error: frame {message.get('type')!r} for unknown execution {owner!r}")
+        return None
+
+    def _end(self, why: str) -> None:
+        with self._frames:
+            if self._ended is None:
+                self._ended = why
+            self._frames.notify_all()
 
     def alive(self) -> bool:
         return self._popen.poll() is None
@@ -150,7 +273,7 @@ class ChildProcess:
             return ""
 
     def close(self) -> None:
-        """Release the pipes and the stderr file (after reaping)."""
+        """Release the pipes and the stderr file (after reaping, when no supervisor reads)."""
         for stream in (self._popen.stdin, self._popen.stdout, self._stderr_file):
             if stream is not None:
                 with contextlib.suppress(OSError):

@@ -1,22 +1,29 @@
-"""The framed JSON protocol between the engine and its children (version 2).
+"""The framed JSON protocol between the engine and its children (version 3).
 
 A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON (one object
 with a ``type`` field). Both directions cap the frame size, so a confused or hostile peer can
 neither make the other allocate without bound nor smuggle bytes past the framing.
 
-Conversation, repeated for every execution a child runs (children are reused, isolates not):
+A child hosts up to ``slots`` executions at once, each in its own isolate; every frame about an
+execution names it (``execution_id``), and frames of different executions interleave:
 
-    child  -> parent  {"type": "ready", "v": 2, "pid": ..., "executions": n, "rss_bytes": ...}
-                      a fresh isolate is warm and every earlier one is disposed
-    parent -> child   {"type": "run", ...request...}
-    child  -> parent  {"type": "running"}                        just before the script starts
-    child  -> parent  {"type": "done", "status": ..., "reusable": bool, ...}
+    parent -> child   {"type": "configure", "slots": n, "egress": {...} | null}   first, once
+    child  -> parent  {"type": "ready", "v": 3, "pid": ..., "slots": n, "executions": 0,
+                       "rss_bytes": ...}                                          once, warm
+    parent -> child   {"type": "run", "execution_id": ..., ...request...}
+    child  -> parent  {"type": "running", "execution_id": ...}   just before the script starts
+    child  -> parent  {"type": "output", "execution_id": ..., "text": ..., "truncated": bool}
+                      console text as the script writes it (bounded by output_limit_bytes)
+    parent -> child   {"type": "stop", "execution_id": ...}                    a cancel
+    child  -> parent  {"type": "done", "execution_id": ..., "status": ..., "disposed": bool,
+                       "rss_bytes": ..., "egress": {...}, ...}
 
-After ``done`` the child disposes of the script's isolate and sends ``ready`` again, unless
-``reusable`` is false (timeout, out of memory, a harness failure): then it exits, and the parent
-kills and reaps it anyway. End of file on either side ends the conversation: a child whose stdin
-closes exits; a parent that reads end of file before ``done`` decides from the exit status what
-happened.
+``done`` comes only once the execution's isolate is terminated and disposed, its request
+threads joined and its connections closed, and its slot is free in the child — ``disposed``
+says whether each was confirmed (within the run's ``dispose_seconds``). The ``configure``
+frame carries the egress handoff with credential values: it is never logged. End
+of file on either side ends the conversation: a child whose stdin closes exits; a parent that
+reads end of file decides from the exit status what happened to each execution still open.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ from typing import Any
 
 from appliance.engine.text import well_formed, well_formed_json
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 # Set in every child's environment: the pid it must be a child of, and the marker by which a
 # restarted worker recognises leftover children (process.kill_recorded_children).
@@ -39,9 +46,12 @@ PARENT_PID_ENV = "APPLIANCE_ENGINE_PARENT_PID"
 
 FRAME_HEADER = struct.Struct(">I")
 
+MSG_CONFIGURE = "configure"
 MSG_READY = "ready"
 MSG_RUN = "run"
 MSG_RUNNING = "running"
+MSG_OUTPUT = "output"
+MSG_STOP = "stop"
 MSG_DONE = "done"
 
 

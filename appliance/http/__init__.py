@@ -1,4 +1,5 @@
-"""The shared HTTP layer: waitress server, bearer auth, body caps, strict JSON, pooled client.
+"""The shared HTTP layer: waitress server and ``DirectServer`` (a thread per connection, for the
+cluster, admission and worker listeners), bearer auth, body caps, strict JSON, pooled client.
 
 See docs/http.md for the rules every surface follows (auth before body, caps at the boundary,
 one JSON error shape, a client that never follows redirects nor retries on its own).

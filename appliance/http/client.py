@@ -21,15 +21,22 @@ worker's permit request) pass ``fresh_connection=True``: a new connection for th
 closed afterwards, so a failure to connect is always ``ConnectFailed``.
 
 Connect and read timeouts are separate. The connect timeout bounds TCP connect plus the TLS
-handshake (DNS resolution is the system resolver's and is not bounded by it); the read timeout
-bounds each wait for response bytes. HTTPS verifies certificates with the default context unless
-the caller passes its own ``ssl_context``. ``http.client`` is told not to reconnect by itself
-(``auto_open = 0``) once we have connected, so no hidden reconnect can hide a resend.
+handshake (DNS resolution is the system resolver's and is not bounded by it; an IP literal is
+not resolved at all); the read timeout bounds each wait for response bytes. HTTPS verifies
+certificates with the default context unless the caller passes its own ``ssl_context``.
+
+The HTTP/1.1 exchange is our own, not ``http.client``'s (issue 37): the request is written as
+one buffer and the response read straight from the socket — status line, headers, then a body
+framed by ``Content-Length``, by chunks, or (HTTP/1.0 style) by the end of the connection, which
+then is not reused. ``http.client`` assembled each request through several calls and parsed every
+response's headers with the ``email`` package: about 125 µs of CPU per pooled request and 170 µs
+on a fresh connection here, against 20 and 70 µs. Nothing here ever reconnects by itself.
 """
 
 from __future__ import annotations
 
-import http.client
+import contextlib
+import ipaddress
 import json
 import logging
 import socket
@@ -129,20 +136,162 @@ def split_url(url: str) -> tuple[Origin, str]:
     return Origin(parts.scheme, parts.hostname, port), path
 
 
+HEAD_BYTES_MAX = 64 * KiB  # a response's status line and headers
+CHUNK_LINE_BYTES_MAX = 4 * KiB
+_BODILESS = (204, 304)
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+class _Malformed(Exception):
+    """The response does not parse as HTTP/1.x (the request may still have been acted on)."""
+
+
+class _Closed(Exception):
+    """The connection ended before the response did."""
+
+
+class _Connection:
+    """One connection to one origin; used by one request at a time."""
+
+    __slots__ = ("buffer", "origin", "sock")
+
+    def __init__(self, origin: Origin, sock: socket.socket) -> None:
+        self.origin = origin
+        self.sock: socket.socket | None = sock
+        self.buffer = bytearray()  # received bytes not consumed yet
+
+    def close(self) -> None:
+        sock, self.sock = self.sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def stale(self) -> bool:
+        """True if the peer closed (EOF pending) or sent unsolicited bytes: do not reuse."""
+        sock = self.sock
+        if sock is None or self.buffer:
+            return True
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return True
+        return has_events(sock, STALE_EVENTS)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _more(self) -> None:
+        assert self.sock is not None
+        chunk = self.sock.recv(_READ_CHUNK_BYTES)
+        if not chunk:
+            raise _Closed()
+        self.buffer += chunk
+
+    def line(self, limit: int) -> bytes:
+        while (end := self.buffer.find(b"\r\n")) < 0:
+            if len(self.buffer) > limit:
+                raise _Malformed("line too long")
+            self._more()
+        line = bytes(self.buffer[:end])
+        del self.buffer[: end + 2]
+        return line
+
+    def exactly(self, count: int) -> bytes:
+        while len(self.buffer) < count:
+            self._more()
+        data = bytes(self.buffer[:count])
+        del self.buffer[:count]
+        return data
+
+    def head(self) -> tuple[str, int, list[tuple[str, str]]]:
+        """(version, status, headers) of the next response (interim 1xx ones skipped)."""
+        while True:
+            while (end := self.buffer.find(b"\r\n\r\n")) < 0:
+                if len(self.buffer) > HEAD_BYTES_MAX:
+                    raise _Malformed("headers too long")
+                self._more()
+            text = bytes(self.buffer[:end]).decode("latin-1")
+            del self.buffer[: end + 4]
+            status_line, *lines = text.split("\r\n")
+            version, _, rest = status_line.partition(" ")
+            code = rest[:3]
+            if version not in ("HTTP/1.0", "HTTP/1.1") or len(code) != 3 or not code.isdigit():
+                raise _Malformed("bad status line")
+            headers = []
+            for line in lines:
+                name, colon, value = line.partition(":")
+                if not colon or not name or name != name.strip():
+                    raise _Malformed("bad header line")
+                headers.append((name, value.strip()))
+            status = int(code)
+            if 100 <= status < 200 and status != 101:
+                continue  # an interim answer (100 Continue): the real one follows
+            return version, status, headers
+
+    def chunked_body(self, cap: int) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size_text = self.line(CHUNK_LINE_BYTES_MAX).split(b";", 1)[0].strip()
+            if not size_text or len(size_text) > 16 or not all(c in _HEX for c in size_text):
+                raise _Malformed("bad chunk size")
+            size = int(size_text, 16)
+            if size == 0:
+                while self.line(CHUNK_LINE_BYTES_MAX):  # trailers
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > cap:
+                raise ResponseTooLarge(str(self.origin), f"response body exceeds {cap} bytes")
+            parts.append(self.exactly(size))
+            if self.line(CHUNK_LINE_BYTES_MAX):
+                raise _Malformed("chunk not followed by CRLF")
+
+    def until_close(self, cap: int) -> bytes:
+        while True:
+            if len(self.buffer) > cap:
+                raise ResponseTooLarge(str(self.origin), f"response body exceeds {cap} bytes")
+            try:
+                self._more()
+            except _Closed:
+                data = bytes(self.buffer)
+                self.buffer.clear()
+                return data
+
+
 @dataclass
 class _Idle:
-    conn: http.client.HTTPConnection
+    conn: _Connection
     since_s: float
 
 
-def _is_stale(conn: http.client.HTTPConnection) -> bool:
+def _is_stale(conn: _Connection) -> bool:
     """True if the peer closed (EOF pending) or sent unsolicited bytes; both mean: do not reuse."""
-    sock = conn.sock
-    if sock is None:
-        return True
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True
-    return has_events(sock, STALE_EVENTS)
+    return conn.stale()
+
+
+def _dial(host: str, port: int, timeout_s: float) -> socket.socket:
+    """A connected TCP socket; an IP literal is connected without a resolver call."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.create_connection((host, port), timeout=timeout_s)
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _host_header(origin: Origin) -> str:
+    host = f"[{origin.host}]" if ":" in origin.host else origin.host
+    default = 443 if origin.scheme == "https" else 80
+    return host if origin.port == default else f"{host}:{origin.port}"
+
+
+def _check_header(name: str, value: str) -> None:
+    if not name or any(c in name for c in ":\r\n ") or "\r" in value or "\n" in value:
+        raise ValueError(f"invalid header {name!r}")
 
 
 class HttpClient:
@@ -179,7 +328,7 @@ class HttpClient:
 
     # -- pool ------------------------------------------------------------------------------------
 
-    def _take_idle(self, origin: Origin) -> http.client.HTTPConnection | None:
+    def _take_idle(self, origin: Origin) -> _Connection | None:
         now_s = self._monotonic()
         while True:
             with self._lock:
@@ -191,7 +340,7 @@ class HttpClient:
                 return entry.conn
             entry.conn.close()  # discarded before anything was written: not a retry
 
-    def _give_back(self, origin: Origin, conn: http.client.HTTPConnection) -> None:
+    def _give_back(self, origin: Origin, conn: _Connection) -> None:
         with self._lock:
             idle = self._idle.setdefault(origin, deque())
             if not self._closed and len(idle) < self.idle_connections_per_origin_max:
@@ -214,25 +363,23 @@ class HttpClient:
 
     # -- requests --------------------------------------------------------------------------------
 
-    def _connect(self, origin: Origin, connect_timeout_ms: int) -> http.client.HTTPConnection:
+    def _connect(self, origin: Origin, connect_timeout_ms: int) -> _Connection:
         timeout_s = connect_timeout_ms / 1000
-        conn: http.client.HTTPConnection
-        if origin.scheme == "https":
-            context = self._ssl_context or ssl.create_default_context()
-            conn = http.client.HTTPSConnection(
-                origin.host, origin.port, timeout=timeout_s, context=context
-            )
-        else:
-            conn = http.client.HTTPConnection(origin.host, origin.port, timeout=timeout_s)
+        sock: socket.socket | None = None
         try:
-            conn.connect()
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
+            sock = _dial(origin.host, origin.port, timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if origin.scheme == "https":
+                context = self._ssl_context or ssl.create_default_context()
+                sock = context.wrap_socket(sock, server_hostname=origin.host)  # handshake here
+        except OSError as exc:  # ssl.SSLError and CertificateError included
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
             raise ConnectFailed(str(origin), describe_connect_error(exc)) from None
-        conn.auto_open = 0  # http.client must never reconnect (and resend) on its own
         with self._lock:
             self.connections_opened += 1
-        return conn
+        return _Connection(origin, sock)
 
     def request(
         self,
@@ -253,6 +400,7 @@ class HttpClient:
             raise ConnectFailed(str(origin), "client is closed")
         cap = self.response_bytes_max if response_bytes_max is None else response_bytes_max
         read_s = (self.read_timeout_ms if read_timeout_ms is None else read_timeout_ms) / 1000
+        message = self._message(method, origin, path, body, headers, bearer, fresh_connection)
         conn = None if fresh_connection else self._take_idle(origin)
         if conn is None:
             conn = self._connect(origin, connect_timeout_ms or self.connect_timeout_ms)
@@ -261,34 +409,67 @@ class HttpClient:
             sock = conn.sock
             if sock is None:
                 raise AmbiguousSend(str(origin), "connection closed before sending")
-            sock.settimeout(read_s)
-            all_headers = {"User-Agent": self._user_agent}
-            if fresh_connection:
-                all_headers["Connection"] = "close"
-            if headers:
-                all_headers.update(headers)
-            if bearer is not None:
-                token = bearer.reveal() if isinstance(bearer, Secret) else bearer
-                all_headers["Authorization"] = f"Bearer {token}"
-            if body is not None:
-                all_headers["Content-Length"] = str(len(body))
             try:
-                conn.request(method, path, body=body, headers=all_headers)
-                raw = conn.getresponse()
-                data = _read_capped(raw, cap, str(origin))
+                sock.settimeout(read_s)
+                sock.sendall(message)
+                response, reusable = _read_response(conn, method, cap)
             except ClientError:
                 raise
             except TimeoutError:
                 raise AmbiguousSend(str(origin), "read timeout waiting for the response") from None
-            except (OSError, http.client.HTTPException) as exc:
+            except _Closed:
+                raise AmbiguousSend(
+                    str(origin), "connection closed before a complete response"
+                ) from None
+            except _Malformed as exc:
+                raise AmbiguousSend(str(origin), f"malformed response ({exc})") from None
+            except OSError as exc:
                 raise AmbiguousSend(str(origin), _describe_send_error(exc)) from None
-            keep = not fresh_connection and not raw.will_close and raw.isclosed()
-            return Response(raw.status, tuple(raw.getheaders()), data)
+            keep = reusable and not fresh_connection
+            return response
         finally:
             if keep:
                 self._give_back(origin, conn)
             else:
                 conn.close()
+
+    def _message(
+        self,
+        method: str,
+        origin: Origin,
+        path: str,
+        body: bytes | None,
+        headers: Mapping[str, str] | None,
+        bearer: Secret | str | None,
+        fresh_connection: bool,
+    ) -> bytes:
+        """The whole request as one buffer (one ``send``)."""
+        if not method.isalpha() or not method.isupper():
+            raise ValueError(f"invalid method {method!r}")
+        if any(c in path for c in " \r\n"):
+            raise InvalidUrl("URL path must not contain spaces or line breaks")
+        fields = {
+            "Host": _host_header(origin),
+            "Accept-Encoding": "identity",
+            "User-Agent": self._user_agent,
+        }
+        if fresh_connection:
+            fields["Connection"] = "close"
+        if headers:
+            fields.update(headers)
+        if bearer is not None:
+            token = bearer.reveal() if isinstance(bearer, Secret) else bearer
+            fields["Authorization"] = f"Bearer {token}"
+        if body is not None:
+            fields["Content-Length"] = str(len(body))
+        elif method in ("POST", "PUT", "PATCH"):
+            fields["Content-Length"] = "0"
+        lines = [f"{method} {path} HTTP/1.1"]
+        for name, value in fields.items():
+            _check_header(name, value)
+            lines.append(f"{name}: {value}")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+        return head + body if body else head
 
     def __enter__(self) -> HttpClient:
         return self
@@ -309,26 +490,39 @@ class HttpClient:
         )
 
 
-def _read_capped(raw: http.client.HTTPResponse, cap: int, origin: str) -> bytes:
-    declared = raw.length  # None for chunked / until-close bodies
-    if declared is not None and declared > cap:
-        raise ResponseTooLarge(origin, f"response body of {declared} bytes exceeds {cap}")
-    if declared is not None:
-        data = raw.read()  # bounded by the check above; closes the response when complete
-        if len(data) != declared:
-            raise AmbiguousSend(origin, "connection closed in the middle of the response body")
-        return data
-    parts: list[bytes] = []
-    received = 0
-    while not raw.isclosed():
-        chunk = raw.read(min(_READ_CHUNK_BYTES, cap + 1 - received))
-        if not chunk:
-            break
-        received += len(chunk)
-        if received > cap:
-            raise ResponseTooLarge(origin, f"response body exceeds {cap} bytes")
-        parts.append(chunk)
-    return b"".join(parts)
+def _read_response(conn: _Connection, method: str, cap: int) -> tuple[Response, bool]:
+    """The response and whether the connection may carry another request."""
+    version, status, headers = conn.head()
+    fields = {name.lower(): value for name, value in headers}
+    coding = fields.get("transfer-encoding")
+    declared = fields.get("content-length")
+    framed = True
+    if method == "HEAD" or status in _BODILESS or 100 <= status < 200:
+        body = b""
+    elif coding is not None:
+        if coding.strip().lower() != "chunked":
+            raise _Malformed(f"unsupported transfer coding {coding!r}")
+        body = conn.chunked_body(cap)
+    elif declared is not None:
+        if not declared.strip().isdigit():
+            raise _Malformed("bad Content-Length")
+        length = int(declared)
+        if length > cap:
+            raise ResponseTooLarge(
+                str(conn.origin), f"response body of {length} bytes exceeds {cap}"
+            )
+        try:
+            body = conn.exactly(length)
+        except _Closed:
+            raise AmbiguousSend(
+                str(conn.origin), "connection closed in the middle of the response body"
+            ) from None
+    else:
+        body = conn.until_close(cap)  # framed by the end of the connection
+        framed = False
+    tokens = {t.strip().lower() for t in fields.get("connection", "").split(",")}
+    keep = framed and version == "HTTP/1.1" and "close" not in tokens and not conn.buffer
+    return Response(status, tuple(headers), body), keep
 
 
 def describe_connect_error(exc: BaseException) -> str:
@@ -346,12 +540,6 @@ def describe_connect_error(exc: BaseException) -> str:
 
 
 def _describe_send_error(exc: BaseException) -> str:
-    if isinstance(exc, http.client.RemoteDisconnected):
-        return "connection closed before a complete response"
-    if isinstance(exc, http.client.IncompleteRead):
-        return "connection closed in the middle of the response body"
-    if isinstance(exc, http.client.HTTPException):
-        return f"malformed response ({type(exc).__name__})"
     if isinstance(exc, OSError) and exc.strerror:
         return f"connection failed after connecting ({exc.strerror})"
     return f"connection failed after connecting ({type(exc).__name__})"

@@ -77,6 +77,29 @@ class PeerConnection:
         self._unsent = b""  # the part of a request a non-blocking send left behind
         self.connections_opened = 0  # for tests: new TCP connections made
 
+    def wait_fileno(self) -> int | None:
+        """The descriptor to poll for this connection's next bytes (an answer, or the peer's
+        close); None when closed, or when a TLS layer already holds decrypted bytes (there is
+        something to read now, which polling the descriptor would not show)."""
+        sock = self._sock
+        if sock is None or (isinstance(sock, ssl.SSLSocket) and sock.pending()):
+            return None
+        return sock.fileno()
+
+    @property
+    def open(self) -> bool:
+        return self._sock is not None
+
+    def stale(self) -> bool:
+        """The open connection was closed by the peer, or holds bytes nobody asked for."""
+        sock = self._sock
+        return sock is not None and self._is_stale(sock)
+
+    @property
+    def has_unsent(self) -> bool:
+        """A non-blocking write left part of the request for ``finish`` to send."""
+        return bool(self._unsent)
+
     def close(self) -> None:
         sock, self._sock = self._sock, None
         self._buffer.clear()

@@ -208,7 +208,7 @@ _EVENT: dict[str, Any] = {
     "type": "object",
     "required": ["kind", "index"],
     "properties": {
-        "kind": {"enum": ["occurrence", "schedule", "pause"]},
+        "kind": {"enum": ["occurrence", "schedule", "pause", "owner"]},
         "index": {"type": "integer", "description": "the Raft index of the entry (the cursor)"},
         "at": {"type": "string", "format": "date-time"},
         "occurrence_id": {"type": "integer"},
@@ -221,8 +221,20 @@ _EVENT: dict[str, Any] = {
         "failure_reason": {"type": "string"},
         "not_before": {"type": "string", "format": "date-time"},
         "change": {
-            "enum": ["created", "updated", "deleted", "enabled", "disabled", "paused", "resumed"]
+            "enum": [
+                "created",
+                "updated",
+                "deleted",
+                "enabled",
+                "disabled",
+                "paused",
+                "resumed",
+                "acquired",
+            ]
         },
+        "node": {"type": "string", "description": "owner: the voter that acquired ownership"},
+        "term": {"type": "integer"},
+        "epoch": {"type": "integer", "description": "owner: the ownership epoch it acquired"},
         "name": {"type": ["string", "null"]},
         "fields": {"type": "array", "items": {"type": "string"}},
         "resync": {"const": True, "description": "a snapshot install: the difference at once"},
@@ -565,6 +577,11 @@ def openapi_document(limits: Limits | None = None) -> dict[str, Any]:
                         "leader_host": {
                             "type": "string",
                             "description": "the owner's advertise host (409 only)",
+                        },
+                        "owner_management_addr": {
+                            "type": "string",
+                            "description": "the owner's management listener as --addr takes "
+                            "it, as the owner reports it on its Raft status (409 only)",
                         },
                         "error": {
                             "type": "object",

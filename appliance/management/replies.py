@@ -203,13 +203,17 @@ def run_command(
         # A loop that answers with the stdin error shape instead of raising.
         if reply.get("status") == 409:
             hint = reply.get("leader_hint") or (reply.get("error") or {}).get("leader_hint")
-            host = reply.get("leader_host")
+            where = {
+                key: str(reply[key])
+                for key in ("leader_host", "owner_management_addr")
+                if hint and reply.get(key)
+            }
             return error_outcome(
                 409,
                 "not_owner",
                 "this voter is not the acquired owner; the command was not accepted",
                 **({"leader_hint": str(hint)} if hint else {}),
-                **({"leader_host": str(host)} if hint and host else {}),
+                **where,
             )
         if reply.get("accepted") is False:
             # The loop itself says it did not take the command (e.g. it is draining).

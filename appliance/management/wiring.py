@@ -18,7 +18,7 @@ latency, admissions, proposal commit latency) need the runner built with the wra
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from appliance.config.credentials import RunnerCredentials
@@ -42,12 +42,21 @@ class OperatorRunner(Protocol):
     def operator(self, command: Any) -> dict[str, Any]: ...
 
 
-def runner_handler(runner: OperatorRunner, voters: Mapping[str, Any] | None = None) -> Handler:
+ManagementAddrs = Callable[[str], "str | None"]
+
+
+def runner_handler(
+    runner: OperatorRunner,
+    voters: Mapping[str, Any] | None = None,
+    management_addrs: ManagementAddrs | None = None,
+) -> Handler:
     """A gateway handler that runs each command on the runner loop via ``runner.operator``.
 
     ``voters`` (node id → its advertise address) lets a 409 name the owner's advertise host as
-    well as its node id, so an operator can reach that voter's own loopback listener (an SSH
-    forward); commands are never forwarded over the cluster port.
+    well as its node id, and ``management_addrs`` (node id → the management listener it reports
+    on its Raft status, appliance/replication/voter_capabilities.py) the owner's listener, so
+    an operator reaches it directly (or through an SSH forward to that host); commands are never
+    forwarded over the cluster port.
     """
     from appliance.commands.operator import OperatorCommand, OperatorError
 
@@ -57,22 +66,32 @@ def runner_handler(runner: OperatorRunner, voters: Mapping[str, Any] | None = No
             reply = runner.operator(OperatorCommand(command["action"], args))
         except OperatorError as err:
             reply = err.reply()
-        return with_leader_host(reply, voters or {})
+        return with_leader_host(reply, voters or {}, management_addrs)
 
     return handle
 
 
-def with_leader_host(reply: Mapping[str, Any], voters: Mapping[str, Any]) -> Mapping[str, Any]:
-    """A 409 reply with ``leader_host`` added when its ``leader_hint`` names a known voter."""
+def with_leader_host(
+    reply: Mapping[str, Any],
+    voters: Mapping[str, Any],
+    management_addrs: ManagementAddrs | None = None,
+) -> Mapping[str, Any]:
+    """A 409 reply with ``leader_host`` added when its ``leader_hint`` names a known voter, and
+    ``owner_management_addr`` when that voter has said where its management listener is."""
     if reply.get("ok") is not False or reply.get("status") != 409:
         return reply
     error = reply.get("error") if isinstance(reply.get("error"), Mapping) else {}
     hint = reply.get("leader_hint") or error.get("leader_hint")
-    address = voters.get(hint) if isinstance(hint, str) else None
-    if address is None:
+    if not isinstance(hint, str):
         return reply
-    host = getattr(address, "host", None) or str(address).rsplit(":", 1)[0]
-    return {**reply, "leader_hint": hint, "leader_host": str(host)}
+    added: dict[str, Any] = {"leader_hint": hint}
+    address = voters.get(hint)
+    if address is not None:
+        added["leader_host"] = str(getattr(address, "host", None) or str(address).rsplit(":", 1)[0])
+    management = management_addrs(hint) if management_addrs is not None else None
+    if management is not None:
+        added["owner_management_addr"] = management
+    return {**reply, **added}
 
 
 def _bearer_of(credentials: RunnerCredentials, worker_id: str, remote: Any) -> Any:
@@ -123,11 +142,14 @@ class ManagementService:
         metrics: RunnerMetrics | None = None,
         store: Any = None,
         limits: LimitsInForce | None = None,
+        management_addrs: ManagementAddrs | None = None,
     ) -> None:
         if cfg.management is None:
             raise ValueError("the config has no management section")
         self.gateway = BoundedCommandQueue()
-        self.consumer = ThreadedConsumer(self.gateway, runner_handler(runner, cfg.voters))
+        self.consumer = ThreadedConsumer(
+            self.gateway, runner_handler(runner, cfg.voters, management_addrs)
+        )
         self.observability = voter_observability(
             cfg, credentials, runner, metrics=metrics, store=store
         )

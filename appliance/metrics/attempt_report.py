@@ -23,12 +23,15 @@ from typing import Any, Final
 
 from appliance.egress.record import bounded_report
 from appliance.owner.report_text import retry_note
-from appliance.protocol.v1 import invocation_of
+from appliance.protocol.v1 import FINISHED_STATUSES, invocation_of
 
 VALUE_JSON_BYTES_MAX: Final = 16 * 1024
 STACK_BYTES_MAX: Final = 8 * 1024
 MESSAGE_BYTES_MAX: Final = 1024
 OUTPUT_BYTES_MAX: Final = 64 * 1024
+# The statuses of an attempt whose report will not change: the worker's finished ones
+# (docs/protocol.md), and an execution fenced or retired (no longer kept).
+FINAL_STATUSES: Final = FINISHED_STATUSES | {"fenced", "retired"}
 
 
 def _cut(text: str, bytes_max: int) -> tuple[str, bool]:

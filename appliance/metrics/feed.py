@@ -11,7 +11,8 @@ committed changes, identically on every voter.
   N+1 onward. One entry may change many things (a pulse creates several occurrences): its events
   are always delivered together.
 - **Derived from the parts an apply touched.** ``Machine`` reports, per applied entry, the
-  checkpoint parts it wrote and deleted (``occurrence/<id>``, ``schedule/<id>``, ``paused``). The
+  checkpoint parts it wrote and deleted (``occurrence/<id>``, ``schedule/<id>``, ``paused``,
+  ``ownership``). The
   feed reads just those back and compares them with its shadow (the state, attempt and definition
   it saw last), so a change costs O(parts touched), not O(state). An entry that jumps over others
   (a snapshot installed on a follower) is compared in full once, its events marked ``resync``.
@@ -21,7 +22,10 @@ committed changes, identically on every voter.
   entries; ``more: true`` says to ask again at once).
 - **Waiting is bounded.** A long poll waits at most ``WAIT_MS_MAX``, and at most ``WAITERS_MAX``
   requests wait at once (the management listener has 8 threads): a request beyond that is
-  answered at once with what there is, so no request can hold the listener.
+  answered at once with what there is, so no request can hold the listener. The web console's
+  one reader (``appliance/console/feed.py``: a thread of its own that fans the feed out to every
+  open page) waits uncounted (``counted=False``): it holds no listener thread, and a page never
+  waits here itself.
 
 The listener runs on the thread that applies (between two applies, outside the machine's lock);
 it only reads the touched parts and appends to a deque under the feed's own condition variable.
@@ -39,6 +43,7 @@ from typing import Any, Final
 from appliance.core import state as core
 from appliance.core.binding import instant_text
 from appliance.core.definition import definition_to_json
+from appliance.core.runner_parts import OWNERSHIP_PART, ownership_of
 from appliance.core.state_parts import PAUSED_PART
 
 FEED_EVENTS_MAX: Final = 4096
@@ -99,6 +104,7 @@ class ChangeFeed:
         # listener's registration, so no apply falls between them.
         with machine.lock:
             self._occurrences, self._schedules, self._paused = _shadow(machine.state)
+            self._owner = _owner_of(machine.state)
             self._cursor = machine.applied_index
             self._first = machine.applied_index
             machine.on_changes(self._on_changes)
@@ -148,6 +154,8 @@ class ChangeFeed:
                 event = self._schedule(sid, None if name in gone else st.schedules.get(sid))
             elif name == PAUSED_PART:
                 event = self._pause(core.paused_since(st))
+            elif name == OWNERSHIP_PART:
+                event = self._ownership(st)
             else:
                 continue
             if event is not None:
@@ -157,9 +165,9 @@ class ChangeFeed:
     def _resync(self, st: core.SchedulerState) -> list[dict[str, Any]]:
         names = {f"{_OCCURRENCE}{oid}" for oid in set(st.occurrences) | set(self._occurrences)}
         names |= {f"{_SCHEDULE}{sid}" for sid in set(st.schedules) | set(self._schedules)}
-        names.add(PAUSED_PART)
+        names |= {PAUSED_PART, OWNERSHIP_PART}
         present = {f"{_OCCURRENCE}{oid}" for oid in st.occurrences}
-        present |= {f"{_SCHEDULE}{sid}" for sid in st.schedules} | {PAUSED_PART}
+        present |= {f"{_SCHEDULE}{sid}" for sid in st.schedules} | {PAUSED_PART, OWNERSHIP_PART}
         return self._diff(st, present, names - present)
 
     def _occurrence(self, oid: int, record: Any) -> dict[str, Any] | None:
@@ -225,6 +233,21 @@ class ChangeFeed:
             return {"kind": "pause", "change": "paused", "at": instant_text(since_s)}
         return {"kind": "pause", "change": "resumed"}
 
+    def _ownership(self, st: core.SchedulerState) -> dict[str, Any] | None:
+        owner = ownership_of(st.extra.get)
+        now = None if owner is None else (owner.node, owner.epoch)
+        if now is None or now == self._owner:  # seeding rewrites the part, not the owner
+            return None
+        self._owner = now
+        return {
+            "kind": "owner",
+            "change": "acquired",
+            "node": owner.node,
+            "term": owner.term,
+            "epoch": owner.epoch,
+            "at": instant_text(owner.acquired_at_s),
+        }
+
     # ---- the reading side ----------------------------------------------------------------------
 
     @property
@@ -232,10 +255,18 @@ class ChangeFeed:
         with self._cond:
             return self._cursor
 
-    def page(self, after: int | None, wait_ms: int = 0, keep: EventFilter | None = None) -> Page:
+    def page(
+        self,
+        after: int | None,
+        wait_ms: int = 0,
+        keep: EventFilter | None = None,
+        *,
+        counted: bool = True,
+    ) -> Page:
         """The events of entries after ``after`` that ``keep`` accepts; when there are none, wait
         up to ``wait_ms`` (bounded) for one. ``after=None``: no events, only the cursor (a watch
-        that starts now)."""
+        that starts now). ``counted=False`` is for the console's one reader thread, which holds
+        no listener thread: it waits outside the ``WAITERS_MAX`` requests (module docstring)."""
         wait_s = min(max(wait_ms, 0), WAIT_MS_MAX) / 1000
         deadline = time.monotonic() + wait_s
         with self._cond:
@@ -248,7 +279,7 @@ class ChangeFeed:
                     remaining = deadline - time.monotonic()
                     if page.events or page.gap or remaining <= 0:
                         return page
-                    if not waiting:
+                    if not waiting and counted:
                         if self._waiters >= WAITERS_MAX:
                             page.waited = False
                             return page
@@ -281,16 +312,24 @@ class ChangeFeed:
 
 
 def _part_order(name: str) -> tuple[int, int]:
-    """Schedules, then occurrences (by id), then the pause: the order a reader expects."""
-    for rank, prefix in enumerate((_SCHEDULE, _OCCURRENCE)):
+    """The owner (a takeover fences occurrences), schedules, occurrences (by id), then the
+    pause: the order a reader expects."""
+    if name == OWNERSHIP_PART:
+        return 0, 0
+    for rank, prefix in enumerate((_SCHEDULE, _OCCURRENCE), start=1):
         if name.startswith(prefix):
             return rank, int(name[len(prefix) :])
-    return 2, 0
+    return 3, 0
 
 
 def _seen(schedule: Any) -> _Seen:
     definition = definition_to_json(schedule.definition)
     return _Seen(definition.get("name"), bool(schedule.enabled), definition)
+
+
+def _owner_of(st: core.SchedulerState) -> tuple[str, int] | None:
+    owner = ownership_of(st.extra.get)
+    return None if owner is None else (owner.node, owner.epoch)
 
 
 def _shadow(

@@ -393,37 +393,7 @@ class VoterObservability:
         return Reply(200, body)
 
     def output(self, occurrence_id: int, attempt: int | None = None) -> Reply:
-        record = self.reader.read(lambda st: st.occurrences.get(occurrence_id))
-        if record is None:
-            return _error(
-                404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}"
-            )
-        if attempt is not None:
-            if not 1 <= attempt <= record.attempt:
-                return _error(
-                    404,
-                    "no_such_attempt",
-                    f"attempt: occurrence {occurrence_id} has attempts 1 to {record.attempt}",
-                )
-            execution_id = execution_id_of(record.schedule_id, record.id, attempt)
-        else:
-            execution_id = _execution_id_of(record)
-        if execution_id is None:
-            return _error(404, "not_dispatched", f"occurrence {occurrence_id} was never dispatched")
-        attempt = attempt_of(execution_id) or record.attempt
-        claimed = self.reader.read(lambda st: claim_worker(st, occurrence_id))
-        worker, observed = observe_at(self.runner, execution_id, claimed)
-        if observed is None or observed.status is None or observed.document is None:
-            detail = "" if observed is None else observed.detail[:200]
-            return _error(
-                502,
-                "worker_unavailable",
-                f"no worker returned execution {execution_id}: {detail}",
-            )
-        body = _output_body(occurrence_id, attempt, execution_id, observed)
-        if worker is not None:
-            body["worker_id"] = worker  # the fleet worker that ran it (issue 33)
-        return Reply(200, body)
+        return occurrence_output(self.reader.read, self.runner.worker, occurrence_id, attempt)
 
 
 @dataclass(frozen=True)
@@ -454,7 +424,55 @@ def occurrence_now(record: Any) -> dict[str, Any]:
     return view
 
 
-def _execution_id_of(record: Any) -> str | None:
+def occurrence_output(
+    read: Callable[[Callable[[core.SchedulerState], Any]], Any],
+    worker: Any,
+    occurrence_id: int,
+    attempt: int | None = None,
+) -> Reply:
+    """One attempt's report as the worker holds it now (the latest dispatched one by default):
+    the one function behind ``GET .../occurrences/{id}/output``, the ``output`` of
+    ``GET /scheduler/v1/events`` (``admin output --follow``) and the web console's followed
+    output. ``read`` reads the voter's applied state; ``worker`` is its worker client."""
+    record = read(lambda st: st.occurrences.get(occurrence_id))
+    if record is None:
+        return _error(404, "no_such_occurrence", f"occurrence_id: no occurrence {occurrence_id}")
+    if attempt is not None:
+        if not 1 <= attempt <= record.attempt:
+            return _error(
+                404,
+                "no_such_attempt",
+                f"attempt: occurrence {occurrence_id} has attempts 1 to {record.attempt}",
+            )
+        execution_id = execution_id_of(record.schedule_id, record.id, attempt)
+    else:
+        execution_id = latest_execution_id(record)
+    if execution_id is None:
+        return _error(404, "not_dispatched", f"occurrence {occurrence_id} was never dispatched")
+    attempt = attempt_of(execution_id) or record.attempt
+    # A fleet (issue 33): the worker the latest claim binds is asked first, then the others (an
+    # older attempt may have run elsewhere); the one worker's client otherwise.
+    claimed = read(lambda st: claim_worker(st, occurrence_id))
+    anywhere = getattr(worker, "observe_anywhere", None)
+    ran_on, observed = (
+        anywhere(execution_id, claimed)
+        if anywhere is not None
+        else (None, worker.observe(execution_id))
+    )
+    if observed is None or observed.status is None or observed.document is None:
+        detail = "" if observed is None else observed.detail[:200]
+        return _error(
+            502,
+            "worker_unavailable",
+            f"the worker did not return execution {execution_id}: {detail}",
+        )
+    body = _output_body(occurrence_id, attempt, execution_id, observed)
+    if ran_on is not None:
+        body["worker_id"] = ran_on  # the fleet worker that ran it
+    return Reply(200, body)
+
+
+def latest_execution_id(record: Any) -> str | None:
     """The worker's id of the record's latest dispatched attempt.
 
     A claimed attempt's id is derived (schedule, occurrence, attempt), so it is known even when the

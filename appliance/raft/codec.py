@@ -99,6 +99,62 @@ def _u64(value: int, what: str) -> bytes:
     return _U64.pack(value)
 
 
+_HEADERS: dict[tuple[int, str, str, str], bytes] = {}
+_HEADERS_MAX = 1024  # (kind, digest, sender, to) prefixes kept: a voter talks to a few peers
+
+
+def _header(kind: int, digest: str, sender: str, to: str) -> bytes:
+    """MAGIC, version, kind, digest, sender and recipient: the same bytes for every message of
+    one kind between two nodes, so they are built (and checked) once."""
+    key = (kind, digest, sender, to)
+    header = _HEADERS.get(key)
+    if header is None:
+        header = b"".join(
+            (
+                MAGIC,
+                bytes((VERSION, kind)),
+                _text(digest, "digest"),
+                _text(sender, "sender"),
+                _text(to, "to"),
+            )
+        )
+        if len(_HEADERS) >= _HEADERS_MAX:
+            _HEADERS.clear()
+        _HEADERS[key] = header
+    return header
+
+
+class _LastBlock:
+    """The entries most recently encoded, with their bytes, as ONE tuple (read and replaced in
+    one step, so two threads encoding at once never pair one's entries with the other's bytes):
+    a leader sends the same new entries to every follower, so the second append reuses the first
+    one's block. A hit needs the very same ``Entry`` objects (immutable), so the bytes are theirs.
+    """
+
+    last: tuple[tuple[Entry, ...], bytes] = ((), b"")
+
+
+def _entries_block(entries: tuple[Entry, ...]) -> bytes:
+    cached_entries, cached_block = _LastBlock.last
+    if (
+        entries
+        and len(entries) == len(cached_entries)
+        and all(a is b for a, b in zip(entries, cached_entries, strict=True))
+    ):
+        return cached_block
+    payload_bytes = sum(e.payload_bytes for e in entries)
+    if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
+        raise CodecError(f"batch payload {payload_bytes} exceeds {BATCH_PAYLOAD_BYTES_MAX}")
+    parts = []
+    for entry in entries:
+        payload = entry.payload
+        parts += [_ENTRY_HEAD.pack(entry.index, entry.term, len(payload)), payload]
+    block = b"".join(parts)
+    if entries:
+        _LastBlock.last = (entries, block)
+    return block
+
+
 def encode(message: Message, digest: str) -> bytes:
     """Bytes for ``message``, stamped with our contract ``digest``."""
     kind = _KIND_OF.get(type(message))
@@ -106,14 +162,7 @@ def encode(message: Message, digest: str) -> bytes:
         raise CodecError(f"cannot encode {type(message).__name__}")
     if len(digest) > DIGEST_BYTES_MAX:
         raise CodecError(f"digest longer than {DIGEST_BYTES_MAX} characters")
-    parts = [
-        MAGIC,
-        bytes((VERSION, kind)),
-        _text(digest, "digest"),
-        _text(message.sender, "sender"),
-        _text(message.to, "to"),
-        _u64(message.term, "term"),
-    ]
+    parts = [_header(kind, digest, message.sender, message.to), _u64(message.term, "term")]
     if isinstance(message, VoteRequest):
         parts += [
             _u64(message.last_log_index, "last_log_index"),
@@ -126,18 +175,13 @@ def encode(message: Message, digest: str) -> bytes:
         entries = message.entries
         if len(entries) > BATCH_ENTRIES_MAX:
             raise CodecError(f"batch of {len(entries)} entries exceeds {BATCH_ENTRIES_MAX}")
-        payload_bytes = sum(e.payload_bytes for e in entries)
-        if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
-            raise CodecError(f"batch payload {payload_bytes} exceeds {BATCH_PAYLOAD_BYTES_MAX}")
         parts += [
             _u64(message.prev_index, "prev_index"),
             _u64(message.prev_term, "prev_term"),
             _u64(message.commit, "commit"),
             _U32.pack(len(entries)),
+            _entries_block(entries),
         ]
-        for entry in entries:
-            payload = entry.payload
-            parts += [_ENTRY_HEAD.pack(entry.index, entry.term, len(payload)), payload]
     elif isinstance(message, AppendResponse):
         parts += [
             bytes((message.success,)),
@@ -171,26 +215,51 @@ def encode(message: Message, digest: str) -> bytes:
 
 
 class _Reader:
+    """Reads fields off the bytes in order; every read checks the bounds first."""
+
+    __slots__ = ("_at", "_data", "_end")
+
     def __init__(self, data: bytes) -> None:
-        self._view = memoryview(data)
+        self._data = data
         self._at = 0
+        self._end = len(data)
 
     def take(self, count: int, what: str) -> bytes:
-        end = self._at + count
-        if end > len(self._view):
+        at = self._at
+        end = at + count
+        if end > self._end:
             raise CodecError(f"message truncated while reading {what}")
-        chunk = self._view[self._at : end].tobytes()
         self._at = end
-        return chunk
+        return self._data[at:end]
 
     def u8(self, what: str) -> int:
-        return self.take(1, what)[0]
+        at = self._at
+        if at >= self._end:
+            raise CodecError(f"message truncated while reading {what}")
+        self._at = at + 1
+        return self._data[at]
 
     def u32(self, what: str) -> int:
-        return int(_U32.unpack(self.take(4, what))[0])
+        at = self._at
+        if at + 4 > self._end:
+            raise CodecError(f"message truncated while reading {what}")
+        self._at = at + 4
+        return int(_U32.unpack_from(self._data, at)[0])
 
     def u64(self, what: str) -> int:
-        return int(_U64.unpack(self.take(8, what))[0])
+        at = self._at
+        if at + 8 > self._end:
+            raise CodecError(f"message truncated while reading {what}")
+        self._at = at + 8
+        return int(_U64.unpack_from(self._data, at)[0])
+
+    def entry_head(self) -> tuple[int, int, int]:
+        at = self._at
+        if at + _ENTRY_HEAD.size > self._end:
+            raise CodecError("message truncated while reading entry")
+        self._at = at + _ENTRY_HEAD.size
+        index, term, length = _ENTRY_HEAD.unpack_from(self._data, at)
+        return int(index), int(term), int(length)
 
     def flag(self, what: str) -> bool:
         value = self.u8(what)
@@ -212,15 +281,15 @@ class _Reader:
         return value
 
     def finish(self) -> None:
-        if self._at != len(self._view):
-            raise CodecError(f"{len(self._view) - self._at} trailing bytes after the message")
+        if self._at != self._end:
+            raise CodecError(f"{self._end - self._at} trailing bytes after the message")
 
 
 def decode(data: bytes, expected_digest: str) -> Message:
     """The message in ``data``; refuses other digests, malformed and oversized input."""
     if len(data) > BODY_BYTES_MAX:
         raise CodecError(f"body of {len(data)} bytes exceeds {BODY_BYTES_MAX}")
-    reader = _Reader(data)
+    reader = _Reader(data if type(data) is bytes else bytes(data))
     if reader.take(4, "magic") != MAGIC:
         raise CodecError("not a Raft message (bad magic)")
     version = reader.u8("version")
@@ -284,7 +353,7 @@ def _decode_append(reader: _Reader, sender: str, to: str, term: int) -> AppendRe
     entries = []
     payload_bytes = 0
     for position in range(count):
-        index, entry_term, length = _ENTRY_HEAD.unpack(reader.take(_ENTRY_HEAD.size, "entry"))
+        index, entry_term, length = reader.entry_head()
         payload_bytes += length
         if payload_bytes > BATCH_PAYLOAD_BYTES_MAX:
             raise CodecError(f"batch payload exceeds {BATCH_PAYLOAD_BYTES_MAX} bytes")

@@ -54,6 +54,7 @@ same holds when it happens on a thread that was handling a message inline.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -126,8 +127,14 @@ class NodeStatus:
     member_status: str = ""
 
     def as_dict(self) -> dict[str, Any]:
+        configuration = self.configuration
         return {
-            "configuration": self.configuration,
+            # a copy: the driver shares one configuration dict between its snapshots
+            "configuration": None
+            if configuration is None
+            else {
+                k: v.copy() if isinstance(v, list | dict) else v for k, v in configuration.items()
+            },
             "config_index": self.config_index,
             "config_change_pending": self.config_change_pending,
             "member_status": self.member_status,
@@ -148,6 +155,13 @@ class NodeStatus:
                 None if self.snapshot_at_s is None else time.monotonic() - self.snapshot_at_s
             ),
         }
+
+
+# Where ``configuration_and_term`` finds its two fields in the status tuple (``NodeStatus``'s
+# order, built by ``RaftDriver._snapshot``).
+_FIELDS = [f.name for f in dataclasses.fields(NodeStatus)]
+_TERM_FIELD = _FIELDS.index("term")
+_CONFIGURATION_FIELD = _FIELDS.index("configuration")
 
 
 class RaftDriver:
@@ -203,6 +217,7 @@ class RaftDriver:
         self._lock = threading.Lock()  # guards _status and the first fatal
         self._synced_membership: Membership | None = None
         self._member_status = ""
+        self._membership_cache: tuple[Any, ...] | None = None  # see _membership_view
         self._status = self._snapshot()
         self._soft = SoftState(node.role, node.term, node.leader_id)
         self._stop = threading.Event()
@@ -297,15 +312,43 @@ class RaftDriver:
 
     def status(self) -> NodeStatus:
         with self._lock:
-            return self._status
+            fields = self._status
+        return NodeStatus(*fields)
+
+    def configuration_and_term(self) -> tuple[dict[str, Any] | None, int]:
+        """The configuration in force (one dict per configuration, shared, never changed) and
+        the current term, as of the last cycle, without building a ``NodeStatus``: the cluster
+        listener asks on every message it takes (who may speak, issue 36)."""
+        with self._lock:
+            fields = self._status
+        return fields[_CONFIGURATION_FIELD], fields[_TERM_FIELD]
 
     # -- the driver thread ---------------------------------------------------------------------
 
     def _inbox_put(self, item: tuple[Any, ...], *, force: bool = False) -> bool:
+        """Queue ``item`` for the turn's holder; False when the inbox is full.
+
+        The driver thread is woken only when nobody holds the turn: a holder looks at the inbox
+        after its cycle (``_cycle_until_quiet``) and again after releasing the turn
+        (``_release_turn``), so an input queued behind it — the second follower's answer during
+        the first one's commit, typically — is handled without a thread wake-up. (Queued, then
+        the turn seen held: the holder's look after its release comes later and finds it.
+        Seen free: we wake the driver thread ourselves.)"""
         if self._stop.is_set() and item[0] != "wake":
             self._refuse(item)
             return True
-        return self._inbox.put(item, force=force)
+        if not self._inbox.put(item, force=force, wake=False):
+            return False
+        if force or not self._turn.locked():
+            self._inbox.wake()
+        return True
+
+    def _release_turn(self) -> None:
+        """Release the turn; wake the driver thread for what queued after the holder's last
+        look (see ``_inbox_put``)."""
+        self._turn.release()
+        if self._inbox:
+            self._inbox.wake()
 
     def _refuse(self, item: tuple[Any, ...]) -> None:
         """Fail the future (or release the reply slot) of an input the stopped driver won't run."""
@@ -330,7 +373,7 @@ class RaftDriver:
         except BaseException as exc:  # same rule as on the driver thread
             failure = exc
         finally:
-            self._turn.release()
+            self._release_turn()
         if failure is not None:
             self._die(failure)  # outside the turn: on_fatal may stop and join the driver thread
         return True
@@ -641,26 +684,51 @@ class RaftDriver:
         for callback in self._subscribers:
             callback(soft)
 
-    def _snapshot(self) -> NodeStatus:
+    def _membership_view(self) -> tuple[dict[str, Any], str]:
+        """The configuration as a dict and this node's place in it, rebuilt only when the
+        configuration in force, its index or the committed one changes (not once per cycle)."""
         node = self._node
-        return NodeStatus(
-            node_id=node.id,
-            role=node.role.value,
-            term=node.term,
-            leader_id=node.leader_id,
-            commit_index=node.commit_index,
-            applied_index=node.applied_index,
-            last_log_index=node.last_index,
-            recovering=node.recovering,
-            snapshot_index=node.log.snapshot_index,
-            snapshot_term=node.log.snapshot_term,
-            compactions=self.compactions,
-            snapshots_installed=self.snapshots_installed,
-            snapshot_at_s=self._snapshot_at_s,
-            configuration=node.membership.as_dict(),
-            config_index=node.config_index,
-            config_change_pending=node.config_change_pending,
-            member_status=node.member_status(),
+        latest, index = node.membership, node.config_index
+        committed = node.membership_at(node.commit_index)
+        cached = self._membership_cache
+        if (
+            cached is None
+            or cached[0] is not latest
+            or cached[1] != index
+            or cached[2] is not committed
+        ):
+            cached = self._membership_cache = (
+                latest,
+                index,
+                committed,
+                (latest.as_dict(), node.member_status()),
+            )
+        return cached[3]
+
+    def _snapshot(self) -> tuple[Any, ...]:
+        """The status fields as of now, as a plain tuple (``NodeStatus``'s order): taken after
+        every cycle, so it stays cheap; ``status()`` builds the ``NodeStatus`` when asked."""
+        node = self._node
+        log_ = node.log
+        configuration, member_status = self._membership_view()
+        return (
+            node.id,
+            node.role.value,
+            node.term,
+            node.leader_id,
+            log_.commit,
+            log_.applied,
+            log_.last_index(),
+            node.recovering,
+            log_.snapshot_index,
+            log_.snapshot_term,
+            self.compactions,
+            self.snapshots_installed,
+            self._snapshot_at_s,
+            configuration,
+            node.config_index,
+            node.config_change_pending,
+            member_status,
         )
 
     def _die(self, exc: BaseException) -> None:

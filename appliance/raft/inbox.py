@@ -23,15 +23,21 @@ class Inbox:
         self._max = max_items
         self._cv = threading.Condition()
 
-    def put(self, item: Item, *, force: bool = False) -> bool:
-        """Queue ``item`` and wake the waiter; False when full (``force`` ignores the bound:
-        for the few control inputs that must never be refused)."""
+    def put(self, item: Item, *, force: bool = False, wake: bool = True) -> bool:
+        """Queue ``item`` and (unless ``wake`` is False) wake the waiter; False when full
+        (``force`` ignores the bound: for the few control inputs that must never be refused)."""
         with self._cv:
             if len(self._items) >= self._max and not force:
                 return False
             self._items.append(item)
-            self._cv.notify()
+            if wake:
+                self._cv.notify()
             return True
+
+    def wake(self) -> None:
+        """Wake the waiter (it returns if anything is queued)."""
+        with self._cv:
+            self._cv.notify()
 
     def take(self, limit: int) -> list[Item]:
         """Up to ``limit`` items, oldest first."""

@@ -157,6 +157,9 @@ class RaftLog:
 
     # -- the ready/advance handshake -----------------------------------------------------------
 
+    def has_unstable(self) -> bool:
+        return bool(self._unstable)
+
     def unstable_entries(self) -> tuple[Entry, ...]:
         return tuple(self._unstable)
 

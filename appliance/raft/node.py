@@ -305,6 +305,7 @@ class RaftNode:
         self._reads_ready: list[ReadState] = []
         self._reads_failed: list[int] = []
         self._transfer_sent = False  # a removed leader's TimeoutNow left (once per term)
+        self._peers_of: tuple[Membership, tuple[str, ...]] | None = None  # see ``peers``
         self._step: Callable[[Message], None] = self._step_follower
         self._tick: Callable[[], None] = self._tick_election
         self._become_follower(term, None)
@@ -486,17 +487,21 @@ class RaftNode:
         if self._outstanding is not None:
             return False
         self._flush_appends()
+        persisted, soft, log = self._persisted, self._last_soft, self.log
         return bool(
             self._messages
             or self._recovery_done
             or self._reads_ready
             or self._reads_failed
-            or HardState(self.term, self.voted_for) != self._persisted
-            or self.log.unstable_entries()
-            or self.log.pending_snapshot is not None
-            or self.log.truncate_from() is not None
-            or self.log.applied < min(self.log.commit, self.log.stable_last)
-            or self._soft_state() != self._last_soft
+            or self.term != persisted.term
+            or self.voted_for != persisted.voted_for
+            or log.has_unstable()
+            or log.pending_snapshot is not None
+            or log.truncate_from() is not None
+            or log.applied < min(log.commit, log.stable_last)
+            or self.role is not soft.role
+            or self.term != soft.term
+            or self.leader_id != soft.leader_id
         )
 
     def ready(self) -> Ready:
@@ -577,7 +582,14 @@ class RaftNode:
     @property
     def peers(self) -> tuple[str, ...]:
         """Every other member of the configuration in force, voters and learners."""
-        return tuple(n for n in self.membership.everyone() if n != self.id)
+        membership = self._configs.latest
+        cached = self._peers_of
+        if cached is None or cached[0] is not membership:  # computed once per configuration
+            cached = self._peers_of = (
+                membership,
+                tuple(n for n in membership.everyone() if n != self.id),
+            )
+        return cached[1]
 
     @property
     def is_voter(self) -> bool:
@@ -1149,7 +1161,8 @@ class RaftNode:
                 self._start_reads(waiting)
         if not self.config_change_pending:
             # The change committed: forget members it removed, hand over if it removed us.
-            for peer in [p for p in self._progress if p not in self.peers]:
+            peers = self.peers
+            for peer in [p for p in self._progress if p not in peers]:
                 del self._progress[peer]
             if self._removing_self_done():
                 self._hand_over()

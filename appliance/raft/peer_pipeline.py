@@ -13,10 +13,17 @@ a peer's messages never overtake each other. What ``put`` does with a message:
   newest term and commit index);
 - direct write: when nothing is queued or in flight and the connection is open, the request is
   written on the caller's thread with one non-blocking send (the kernel takes a small request
-  whole; a remainder is finished by the sender thread), and the sender thread is only asked to
-  read the answer. The sender wakes while the request travels, not before it leaves: one
-  thread hand-off less on every message's path. Anything that would block (no connection yet,
-  a stale one, a large body) goes through the queue instead.
+  whole; a remainder is finished by the sender thread), and the sender thread only reads the
+  answer. Anything that would block (no connection yet, a stale one, a large body) goes through
+  the queue instead.
+
+The sender thread, when it has nothing to do, waits in ``poll`` on its connection and on a wake
+pipe rather than on a condition: a direct write then needs no wake-up at all — the kernel wakes
+the sender when the answer arrives, once per message instead of twice (a condition's wake, then
+the socket's). The pipe is written only when the sender must act without an answer to read:
+something was queued, a direct write failed or left bytes unsent, or the pipeline stops. Bytes
+(or a close) on an idle connection mean the peer dropped it: the sender closes it, so the next
+request opens a new one instead of writing into a dead one.
 
 A failed exchange (connection error, ambiguous send, refusal) drops that message and everything
 queued behind it (stale by then; Raft's heartbeats and probes resend what still matters), then
@@ -28,8 +35,11 @@ transport passes in.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
+import os
+import select
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -40,6 +50,10 @@ from appliance.raft.codec import BATCH_ENTRIES_MAX, BATCH_PAYLOAD_BYTES_MAX
 from appliance.raft.messages import AppendRequest, Heartbeat, HeartbeatResponse, Message
 
 log = logging.getLogger(__name__)
+
+# How long the idle sender waits in one poll before it looks at its state again (a safety net:
+# every change it must act on also writes the wake pipe or makes the connection readable).
+IDLE_POLL_S = 1.0
 
 ANSWERED = "answered"  # an exchange's outcome when the response carried an answer
 DELIVERED = "delivered"  # received by the peer, no answer in the response
@@ -135,6 +149,12 @@ class PeerPipeline:
         self._written: tuple[Message, str] | None = None
         self._stopping = False
         self.stats = PeerStats()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._poller = select.poll()
+        self._poller.register(self._wake_r, select.POLLIN)
+        self._polled_fd: int | None = None  # the connection's descriptor the sender polls now
         self._thread = threading.Thread(target=self._run, name=f"raft-send-{peer}", daemon=True)
 
     def start(self) -> None:
@@ -165,6 +185,14 @@ class PeerPipeline:
             self._state = _State.WRITTEN
             self._written = (message, outcome)
             self._cv.notify()
+            answer_wakes_sender = (
+                outcome == DELIVERED
+                and not self.connection.has_unsent
+                and self._polled_fd is not None
+                and self._polled_fd == self.connection.wait_fileno()
+            )
+            if not answer_wakes_sender:
+                self._wake()
 
     def pending(self) -> int:
         with self._cv:
@@ -176,10 +204,15 @@ class PeerPipeline:
             self.stats.dropped += len(self._queue)
             self._queue.clear()
             self._cv.notify_all()
+            self._wake()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if not self._thread.is_alive():
             self.connection.close()
+            for fd in (self._wake_r, self._wake_w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._wake_r = self._wake_w = -1
 
     # -- under the lock --------------------------------------------------------------------------
 
@@ -207,14 +240,24 @@ class PeerPipeline:
             self.stats.dropped += 1
         self._queue.append(message)
         self._cv.notify()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Wake the sender out of its poll (under the lock; a no-op unless it polls)."""
+        if self._polled_fd is None and self._state is not _State.IDLE:
+            return
+        with contextlib.suppress(OSError):  # full: a wake-up is pending already
+            os.write(self._wake_w, b"!")
 
     # -- the sender thread -------------------------------------------------------------------------
 
     def _next(self) -> tuple[Message, str | None] | None:
         """(message, outcome of its direct write, or None to do the whole exchange), or None
         once stopping."""
-        with self._cv:
-            while not self._stopping:
+        while True:
+            with self._cv:
+                if self._stopping:
+                    return None
                 if self._state is _State.WRITTEN and self._written is not None:
                     written, self._written = self._written, None
                     self._state = _State.BUSY
@@ -222,8 +265,38 @@ class PeerPipeline:
                 if self._state is _State.IDLE and self._queue:
                     self._state = _State.BUSY
                     return self._queue.popleft(), None
-                self._cv.wait()
-            return None
+                if self._state is not _State.IDLE:
+                    self._cv.wait(IDLE_POLL_S)  # a direct write under way: put() notifies
+                    continue
+                fd = self.connection.wait_fileno()
+                if fd is None and self.connection.open:
+                    self.connection.close()  # TLS bytes nobody asked for: stale
+                self._polled_fd = fd
+            self._wait(fd)
+            with self._cv:
+                self._polled_fd = None
+                if (
+                    fd is not None
+                    and self._state is _State.IDLE
+                    and self.connection.wait_fileno() == fd
+                    and self.connection.stale()
+                ):
+                    self.connection.close()  # the peer closed (or wrote to) an idle connection
+
+    def _wait(self, fd: int | None) -> None:
+        """Poll the wake pipe and (when given) the connection; drain the pipe."""
+        poller = self._poller
+        if fd is not None:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
+        try:
+            poller.poll(IDLE_POLL_S * 1000)
+        finally:
+            if fd is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    poller.unregister(fd)
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 512):
+                pass
 
     def _run(self) -> None:
         while (job := self._next()) is not None:

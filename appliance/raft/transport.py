@@ -1,4 +1,4 @@
-"""HTTP transport for Raft messages: Falcon routes on the cluster port, one pipeline per peer.
+"""HTTP transport for Raft messages: the cluster port's routes, one pipeline per peer.
 
 Theory of operation. Raft messages are one-way (the driver's ``Transport.send`` contract): every
 message is one ``POST`` of its binary encoding (``codec.py``). A message that asks for an answer
@@ -43,6 +43,7 @@ minute limit; a peer refusing our cluster credential (401) at WARNING, rate-limi
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 import threading
@@ -53,7 +54,9 @@ from typing import Any
 import falcon
 
 from appliance.config.credentials import Secret
-from appliance.http import ApiError, ClientError, Response, create_app, read_body
+from appliance.http import ApiError, BearerAuth, ClientError, Response, create_app, read_body
+from appliance.http.connections import ConnectionPolicy
+from appliance.http.direct_server import DirectReply, DirectRequest, DirectServer, Handler
 from appliance.http.peer_connection import PeerConnection
 from appliance.http.tls import TLS_PEER_ID_ENV
 from appliance.raft.codec import BODY_BYTES_MAX, decode, encode
@@ -111,6 +114,10 @@ CONNECT_TIMEOUT_MS = 500
 READ_TIMEOUT_MS = 2_000
 ANSWER_BYTES_MAX = 64 * 1024  # an answer is a few hundred bytes; anything else is an error body
 OCTET_STREAM = "application/octet-stream"
+# Connections (and so threads) the cluster listener serves at once: a pipeline and a probe per
+# peer, status readers and the version gate's polls use a handful; the rest is room that a
+# connection flood competes for (the oldest awaiting headers makes room for a newcomer).
+CLUSTER_CONNECTIONS_MAX = 128
 
 Clock = Callable[[], float]
 
@@ -173,8 +180,9 @@ class SenderCheck:
         self._is_member = is_member
         self._log = RateLimitedLog(logging.WARNING, MISMATCH_LOG_INTERVAL_S, clock)
 
-    def message(self, req: falcon.Request, message: Message) -> None:
-        peer = req.env.get(TLS_PEER_ID_ENV)
+    def message(self, peer: str | None, message: Message) -> None:
+        """Refuse (403) ``message`` unless ``peer`` (the node id the connection's client
+        certificate names; None without one) may send it."""
         if (self.identity_required or peer is not None) and peer != message.sender:
             self._refuse(
                 "sender_mismatch",
@@ -186,8 +194,8 @@ class SenderCheck:
         if why is not None:
             self._refuse("not_a_member", why, key=f"member:{message.sender}")
 
-    def status(self, req: falcon.Request) -> None:
-        peer = req.env.get(TLS_PEER_ID_ENV)
+    def status(self, peer: str | None) -> None:
+        """Refuse (403) a status read unless ``peer`` is a member (under TLS)."""
         if not self.identity_required or self._is_member is None:
             return
         if peer is None or not self._is_member(peer):
@@ -203,7 +211,16 @@ class SenderCheck:
         raise ApiError(403, code, why)
 
 
-class _MessageResource:
+class RaftMessages:
+    """One message route's rules, without a web framework: decode, check, deliver, answer.
+
+    ``handle(body, peer)`` returns ``(200, encoded answer)`` when the answer rode back, else
+    ``(202, b"")``; refusals raise ``ApiError`` (403 contract mismatch, 400 malformed, wrong
+    route, misrouted; 403 ``sender_mismatch`` / ``not_a_member`` from ``senders``). ``peer`` is
+    the node id the connection's TLS client certificate names (None without one). Served by the
+    ``DirectServer`` of a voter (``raft_listener``: ``DirectRequest.peer_id``) and by the Falcon
+    app (``create_raft_app``: ``TLS_PEER_ID_ENV``)."""
+
     def __init__(
         self,
         kinds: tuple[type, ...],
@@ -224,8 +241,7 @@ class _MessageResource:
         self._reply_wait_s = reply_wait_s
         self._senders = senders
 
-    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
-        body = read_body(req, BODY_BYTES_MAX)
+    def handle(self, body: bytes, peer: str | None = None) -> tuple[int, bytes]:
         try:
             message = decode(body, self._digest)
         except DigestMismatch as exc:
@@ -241,22 +257,35 @@ class _MessageResource:
         if message.to != self._node_id:
             raise ApiError(400, "misrouted", f"message for {message.to!r} sent to {self._node_id}")
         if self._senders is not None:
-            self._senders.message(req, message)
+            self._senders.message(peer, message)
         if self._deliver_with_reply is not None and isinstance(message, QUESTION_KINDS):
             slot = ReplySlot(message.sender)
             self._deliver_with_reply(message, slot)
             answer = slot.wait(self._reply_wait_s)
             if answer is not None:
-                resp.status = falcon.HTTP_200
-                resp.content_type = OCTET_STREAM
-                resp.data = encode(answer, self._digest)
-                return
+                return 200, encode(answer, self._digest)
         else:
             self._deliver(message)
         # 202 with an explicit empty body: waitress closes the connection after a 204 (no
         # Content-Length), which would cost a new TCP connection per message.
-        resp.status = falcon.HTTP_202
-        resp.data = b""
+        return 202, b""
+
+    def direct(self, request: DirectRequest) -> DirectReply:
+        status, answer = self.handle(request.body, request.peer_id)
+        return DirectReply(status, answer, OCTET_STREAM if answer else None)
+
+
+class _MessageResource:
+    def __init__(self, messages: RaftMessages) -> None:
+        self._messages = messages
+
+    def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
+        body = read_body(req, BODY_BYTES_MAX)
+        status, answer = self._messages.handle(body, req.env.get(TLS_PEER_ID_ENV))
+        resp.status = falcon.code_to_http_status(status)
+        if answer:
+            resp.content_type = OCTET_STREAM
+        resp.data = answer
 
 
 class _StatusResource:
@@ -268,8 +297,26 @@ class _StatusResource:
 
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         if self._senders is not None:
-            self._senders.status(req)
+            self._senders.status(req.env.get(TLS_PEER_ID_ENV))
         resp.media = dict(self._status())
+
+
+def _message_routes(
+    node_id: str,
+    digest: str,
+    deliver: Callable[[Message], None],
+    mismatches: RateLimitedLog | None,
+    deliver_with_reply: Callable[[Message, ReplySlot], None] | None,
+    reply_wait_s: float,
+    senders: SenderCheck | None,
+) -> dict[str, RaftMessages]:
+    refused = mismatches or mismatch_log()
+    return {
+        path: RaftMessages(
+            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s, senders
+        )
+        for path, kinds in ((APPEND_PATH, APPEND_KINDS), (VOTE_PATH, VOTE_KINDS))
+    }
 
 
 def create_raft_app(
@@ -284,32 +331,79 @@ def create_raft_app(
     reply_wait_s: float = REPLY_WAIT_S,
     senders: SenderCheck | None = None,
 ) -> falcon.App:
-    """The cluster-port WSGI app. ``credentials`` maps every role this process knows to its
-    token (so they can be told apart in the audit log); only the ``cluster`` role is accepted.
+    """The cluster-port routes as a WSGI app (for ``HttpServer``; a voter serves them with
+    ``raft_listener``). ``credentials`` maps every role this process knows to its token (so
+    they can be told apart in the audit log); only the ``cluster`` role is accepted.
 
     With ``deliver_with_reply`` (the driver's ``deliver``), votes, appends and heartbeats wait
     for their answer and return it in the response; without it every message gets ``202``.
     ``senders``: who may speak (``SenderCheck``); None takes every message the bearer admits."""
     if credentials.get("cluster") is None:
         raise ValueError("the raft surface needs a 'cluster' credential")
-    refused = mismatches or mismatch_log()
-
-    def resource(kinds: tuple[type, ...]) -> _MessageResource:
-        return _MessageResource(
-            kinds, node_id, digest, deliver, refused, deliver_with_reply, reply_wait_s, senders
-        )
-
-    routes = {
-        APPEND_PATH: resource(APPEND_KINDS),
-        VOTE_PATH: resource(VOTE_KINDS),
-        STATUS_PATH: _StatusResource(status, senders),
-    }
+    messages = _message_routes(
+        node_id, digest, deliver, mismatches, deliver_with_reply, reply_wait_s, senders
+    )
+    routes: dict[str, Any] = {path: _MessageResource(m) for path, m in messages.items()}
+    routes[STATUS_PATH] = _StatusResource(status, senders)
     return create_app(
         routes=routes,
         credentials=credentials,
         accepted_roles={"cluster"},
         body_bytes_max=BODY_BYTES_MAX,
         surface="raft",
+    )
+
+
+def raft_listener(
+    *,
+    node_id: str,
+    digest: str,
+    deliver: Callable[[Message], None],
+    status: Callable[[], Mapping[str, Any]],
+    credentials: Mapping[str, Secret | str | None],
+    host: str,
+    port: int,
+    name: str,
+    deliver_with_reply: Callable[[Message, ReplySlot], None] | None = None,
+    reply_wait_s: float = REPLY_WAIT_S,
+    ssl_context: ssl.SSLContext | None = None,
+    peer_check: Callable[[dict[str, Any] | None], bool] | None = None,
+    connection_limit: int = CLUSTER_CONNECTIONS_MAX,
+    policy: ConnectionPolicy | None = None,
+    senders: SenderCheck | None = None,
+) -> DirectServer:
+    """The cluster listener of a voter: the same routes and rules as ``create_raft_app``,
+    served by a ``DirectServer`` (each connection on its own thread: a peer's message costs one
+    thread wake-up on the way in, not three; appliance/http/direct_server.py). Not started.
+    Under TLS the server hands each request the node id its client certificate names
+    (``DirectRequest.peer_id``), which ``senders`` holds a message's sender to."""
+    if credentials.get("cluster") is None:
+        raise ValueError("the raft surface needs a 'cluster' credential")
+    messages = _message_routes(
+        node_id, digest, deliver, None, deliver_with_reply, reply_wait_s, senders
+    )
+
+    def status_route(request: DirectRequest) -> DirectReply:
+        if senders is not None:
+            senders.status(request.peer_id)
+        body = json.dumps(dict(status()), separators=(",", ":")).encode("utf-8")
+        return DirectReply(200, body, "application/json")
+
+    routes: dict[str, dict[str, Handler]] = {
+        path: {"POST": m.direct} for path, m in messages.items()
+    }
+    routes[STATUS_PATH] = {"GET": status_route}
+    return DirectServer(
+        routes,
+        gate=BearerAuth(credentials, {"cluster"}, surface="raft"),
+        host=host,
+        port=port,
+        name=name,
+        body_bytes_max=BODY_BYTES_MAX,
+        connection_limit=connection_limit,
+        policy=policy,
+        ssl_context=ssl_context,
+        peer_check=peer_check,
     )
 
 

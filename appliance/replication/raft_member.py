@@ -1,11 +1,11 @@
 """A voter's Raft membership wired from its runner config: what ``appliance runner`` starts.
 
 One object owns the three moving parts and starts/stops them in a safe order: the cluster
-listener (Falcon + waitress on ``advertise_addr:cluster_port``, every route behind the cluster
-bearer), the HTTP transport to the peers (and the probe that tells a follower its leader's
-process is gone), and the replication engine (``single`` when the config
-names no peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` —
-the voter's ``RunnerStore`` in production.
+listener (``raft_listener``, a ``DirectServer`` on ``advertise_addr:cluster_port``, every route
+behind the cluster bearer), the HTTP transport to the peers (and the probe that tells a follower
+its leader's process is gone), and the replication engine (``single`` when the config names no
+peers, the built-in Raft otherwise) persisting through the given ``LogStorage`` — the voter's
+``RunnerStore`` in production.
 """
 
 from __future__ import annotations
@@ -18,18 +18,17 @@ from typing import Any
 from appliance.capabilities import local_capabilities
 from appliance.config.credentials import RunnerCredentials
 from appliance.config.runner import RunnerConfig
-from appliance.http import HttpClient, HttpServer
+from appliance.http import HttpClient
 from appliance.http.tls import (
     cluster_client_context,
     cluster_listener_context,
     cluster_peer_check,
 )
-from appliance.raft.codec import BODY_BYTES_MAX
 from appliance.raft.compaction import CompactionPolicy
 from appliance.raft.driver import RestoreHook
 from appliance.raft.peer_probe import PeerProbe
 from appliance.raft.storage import LogStorage
-from appliance.raft.transport import HttpTransport, SenderCheck, create_raft_app, host_port
+from appliance.raft.transport import HttpTransport, SenderCheck, host_port, raft_listener
 from appliance.replication.base import ApplyHook
 from appliance.replication.raft_replication import NoNetwork, RaftReplication
 from appliance.replication.voter_capabilities import (
@@ -54,6 +53,7 @@ class RaftMember:
         restore: RestoreHook | None = None,
     ) -> None:
         voters = cfg.voters  # the genesis voters; the configuration in force is in the log
+        self.management_addr = management_addr_text(cfg)
         peers = {node_id: str(addr) for node_id, addr in voters.items() if node_id != cfg.node_id}
         # Always a transport, even for a single voter: a member added at run time (add_voter)
         # is reached at the address the committed configuration carries (driver._sync_peers).
@@ -112,8 +112,11 @@ class RaftMember:
                 read_timeout_ms=REFRESH_READ_TIMEOUT_MS,
                 ssl_context=tls_context,
             ),
+            management_addr=self.management_addr,
         )
-        app = create_raft_app(
+        if self.transport is not None:
+            self.transport.receive_answers(self.replication.deliver)
+        self.server = raft_listener(
             node_id=cfg.node_id,
             digest=contract_digest,
             deliver=self.replication.deliver,
@@ -128,19 +131,9 @@ class RaftMember:
                 refusal=self.replication.sender_refusal,
                 is_member=self.replication.is_member,
             ),
-        )
-        if self.transport is not None:
-            self.transport.receive_answers(self.replication.deliver)
-        self.server = HttpServer(
-            app,
             host=cfg.advertise_addr,
             port=cfg.cluster_port,
             name=f"raft {cfg.node_id}",
-            body_bytes_max=BODY_BYTES_MAX,
-            # Each peer may hold one worker while its request waits for our answer (one
-            # driver cycle); four more serve status reads and one-way messages meanwhile, and
-            # two more leave room for members added at run time.
-            threads=6 + len(peers),
             ssl_context=cluster_listener_context(cfg.tls),
             # A certificate of the cluster CA naming one node id, genesis or added at run time;
             # each request then holds the sender to that id and to the configuration in force
@@ -149,8 +142,12 @@ class RaftMember:
         )
 
     def status(self) -> dict[str, object]:
-        """The cluster status route's answer: Raft's view plus what this binary can apply."""
-        return {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        """The cluster status route's answer: Raft's view, what this binary can apply, and where
+        its management listener is (a hint for a 409 elsewhere: voter_capabilities.py)."""
+        status = {**self.replication.status(), "capabilities": local_capabilities().to_json()}
+        if self.management_addr is not None:
+            status["management_addr"] = self.management_addr
+        return status
 
     def start(self) -> None:
         """Listen first (so peers' first messages land), then send, then run the node."""
@@ -169,6 +166,14 @@ class RaftMember:
         if self.transport is not None:
             self.transport.stop()
         self.server.stop()
+
+
+def management_addr_text(cfg: RunnerConfig) -> str | None:
+    """This voter's management listener as ``appliance admin --addr`` takes it, or None."""
+    management = getattr(cfg, "management", None)
+    if management is None:
+        return None
+    return f"{'https://' if management.tls else ''}{management.addr}"
 
 
 def configured_members(

@@ -74,6 +74,7 @@ class RaftReplication:
         )
         node = RaftNode(config, storage, rng or random.Random(), applied_index=applied_index)
         self._leadership = Leadership(False, node.term, None)
+        self._members_of: tuple[Mapping[str, Any] | None, frozenset[str]] | None = None
         self.driver = RaftDriver(
             node,
             storage,
@@ -124,12 +125,21 @@ class RaftReplication:
     def sender_refusal(self, message: Message) -> str | None:
         """Why the cluster listener must not take ``message`` from its sender (None: take it):
         appliance/raft/sender_rule.py over the configuration in force and the current term."""
-        status = self.driver.status()
-        return sender_refusal(message, _members(status.configuration), status.term)
+        members, term = self._members_and_term()
+        return sender_refusal(message, members, term)
 
     def is_member(self, node_id: str) -> bool:
         """``node_id`` is a voter or learner of the configuration in force here."""
-        return node_id in _members(self.driver.status().configuration)
+        return node_id in self._members_and_term()[0]
+
+    def _members_and_term(self) -> tuple[frozenset[str], int]:
+        # Asked on every message the cluster listener takes: the member set is built once per
+        # configuration (the driver hands out one dict per configuration), no NodeStatus.
+        configuration, term = self.driver.configuration_and_term()
+        cached = self._members_of
+        if cached is None or cached[0] is not configuration:
+            cached = self._members_of = (configuration, _members(configuration))
+        return cached[1], term
 
     def is_leader(self) -> bool:
         return self._leadership.is_leader

@@ -30,6 +30,12 @@ older binary while unreachable would meet a kind it cannot apply and stop with a
 at all (the gate then waits for the peer: the conservative side).
 
 Only the gate's answer depends on it; nothing replicated does (SPEC §2: apply never depends on it).
+
+The same status answer names where that voter's management listener is (``management_addr``,
+the ``--addr`` form: ``host:port``, ``https://`` first when it serves TLS). It is remembered in
+memory only, as a hint: a voter that is not the owner names the owner's listener in its 409
+(``owner_management_addr``, appliance/management/wiring.py), so ``appliance admin`` can go
+straight to it among the addresses it was given, or say which address to give.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from appliance.capabilities import (
     gate_refusal,
     local_capabilities,
 )
+from appliance.config.addresses import AddressError, is_loopback_host, parse_host_port
 from appliance.config.credentials import Secret
 from appliance.http.client import ClientError, HttpClient
 from appliance.store.sqlite import fsync_dir
@@ -56,6 +63,7 @@ from appliance.store.sqlite import fsync_dir
 log = logging.getLogger("appliance.replication.capabilities")
 
 POLL_S: Final = 5.0
+MANAGEMENT_ADDR_CHARS_MAX: Final = len("https://") + len("[" + ":".join(["0000"] * 8) + "]:65535")
 UNREPORTED_POLL_S: Final = 0.25  # while a member with an address has never answered
 REFRESH_INTERVAL_S: Final = 1.0  # a caller's refresh asks each member at most this often
 REFRESH_CONNECT_TIMEOUT_MS: Final = 300
@@ -82,6 +90,7 @@ class VoterCapabilities:
         learners: Callable[[], Collection[str]] | None = None,
         quick_client: HttpClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        management_addr: str | None = None,  # this voter's own, as it serves it
     ) -> None:
         """``quick_client``: for ``refresh`` and ``report_of`` on a caller's thread (short
         timeouts; give it the same TLS context as ``client``)."""
@@ -104,6 +113,9 @@ class VoterCapabilities:
         self._reports: dict[str, Capabilities] = self._load()
         self._reports[node_id] = local_capabilities()
         self._asked_s: dict[str, float] = {}  # member -> when a caller's refresh last asked it
+        self._management: dict[str, str] = {}
+        if management_addr is not None:
+            self._management[node_id] = management_addr
         self._stop = threading.Event()
         self._wake = threading.Event()
         self.polls = 0  # completed poll rounds (tests wait on it)
@@ -129,6 +141,11 @@ class VoterCapabilities:
         """The last report of every member (None: never heard from)."""
         with self._lock:
             return {member: self._reports.get(member) for member in self.voters}
+
+    def management_addr(self, node: str) -> str | None:
+        """Where ``node`` said its management listener is (None: not heard, or it has none)."""
+        with self._lock:
+            return self._management.get(node)
 
     def refusal(self, kind: str) -> str | None:
         """Why ``kind`` may not be proposed yet (None: every member can apply it). No I/O: a
@@ -215,6 +232,8 @@ class VoterCapabilities:
             if answer.status != 200:
                 return None
             body = answer.json()
+            if isinstance(body, dict):
+                self._learn_management_addr(peer, body)
             if not isinstance(body, dict) or "capabilities" not in body:
                 # A binary from before the gate: it applies exactly the baseline.
                 return None
@@ -222,6 +241,14 @@ class VoterCapabilities:
         except (ClientError, ValueError) as exc:
             log.debug("capabilities of %s not read: %s", peer, exc)
             return None
+
+    def _learn_management_addr(self, peer: str, body: Mapping[str, object]) -> None:
+        management = management_addr_of(body)
+        with self._lock:
+            if management is None:
+                self._management.pop(peer, None)
+            else:
+                self._management[peer] = management
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -279,3 +306,16 @@ class VoterCapabilities:
             fsync_dir(path.parent)
         except OSError as exc:  # the gate still works from memory; only a restart forgets
             log.warning("voter reports not remembered in %s: %s", path, exc)
+
+
+def management_addr_of(status: Mapping[str, object]) -> str | None:
+    """A status answer's ``management_addr`` when it is a well-formed ``--addr`` value of a
+    loopback listener (as every management listener is)."""
+    value = status.get("management_addr")
+    if not isinstance(value, str) or len(value) > MANAGEMENT_ADDR_CHARS_MAX:
+        return None
+    try:
+        parsed = parse_host_port(value.removeprefix("https://"))
+    except AddressError:
+        return None
+    return value if is_loopback_host(parsed.host) else None

@@ -1,6 +1,8 @@
 """``POST /scheduler/v1/admit`` on ``admission_addr``: the worker asks for a permit (SPEC §6).
 
-Theory of operation: the shared HTTP layer checks the admission bearer before routing and before
+Theory of operation: the listener is a ``DirectServer`` (each connection on its own thread, so a
+permit request costs no hand-off between an event loop and a worker thread); the shared HTTP
+layer checks the admission bearer before routing and before
 any body byte is read (401), and caps the body at 512 KiB (413). The resource only parses the
 document strictly (protocol 1, exactly ``binding`` and ``incarnation``) and hands it to the runner
 loop through ``submit``, which answers ``(status, body)``: 200 with the permit only after the
@@ -17,14 +19,15 @@ from typing import Any, Final
 
 import falcon
 
-from appliance.http import ApiError, HttpServer, create_app, read_json_object
+from appliance.http import ApiError, create_app, read_json_object
+from appliance.http.direct_server import DirectServer
 from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION
 from appliance.secret import Secret
 
 ADMISSION_ROLE_PREFIX: Final = "admission:"  # as appliance/config/credentials.py names it
 
 __all__ = [
-    "ADMISSION_THREADS",
+    "ADMISSION_CONNECTIONS_MAX",
     "ADMIT_PATH",
     "BODY_BYTES_MAX",
     "PROTOCOL_VERSION",
@@ -33,11 +36,11 @@ __all__ = [
 ]
 
 BODY_BYTES_MAX: Final = 512 * 1024
-# Each permit request holds a listener thread for a loop turn and a Raft commit (tens of ms on
-# three voters), and the worker asks for one per execution it is launching: as many as its
-# window (running + queued) at once. Four threads (the HTTP default) capped a burst at about
-# 4 / commit latency permits per second (docs/bench-capacity.md); these threads only wait.
-ADMISSION_THREADS: Final = 32
+# Each permit request holds its connection (and that connection's thread: the listener is a
+# DirectServer) for a loop turn and a Raft commit, and the worker asks for one per execution it
+# is launching: as many as its window (running + queued) at once. Four (the old HTTP default)
+# capped a burst at about four permits per commit latency (docs/bench-capacity.md).
+ADMISSION_CONNECTIONS_MAX: Final = 128
 INCARNATION_BYTES_MAX: Final = 128
 
 Submit = Callable[[dict[str, Any], str], tuple[int, dict[str, Any]]]
@@ -111,14 +114,14 @@ def admission_server(
     port: int,
     name: str,
     ssl_context: ssl.SSLContext | None = None,
-) -> HttpServer:
+) -> DirectServer:
     """The admission listener as the runner process starts it (not started yet)."""
-    return HttpServer(
+    return DirectServer.for_app(
         create_admission_app(submit, credentials),
         host=host,
         port=port,
         name=name,
         body_bytes_max=BODY_BYTES_MAX,
-        threads=ADMISSION_THREADS,
+        connection_limit=ADMISSION_CONNECTIONS_MAX,
         ssl_context=ssl_context,
     )

@@ -93,8 +93,7 @@ WAKE_S_MAX: Final = 1.0  # real seconds: the loop wakes at least this often
 PROPOSE_TIMEOUT_S: Final = 5.0
 BARRIER_TIMEOUT_S: Final = 5.0
 # Each exec holds a thread for the worker's whole launch path (its admission round trip and
-# fsyncs included), and the owner sends as many as the worker's stated window takes. 64 is the
-# most the worker's listener serves at once (worker/runtime.py HTTP_THREADS_MAX): at 32, a
+# fsyncs included), and the owner sends as many as the worker's stated window takes. At 32, a
 # window raised for a burst (docs/bench-capacity.md) was held to 32 launches in flight, about a
 # third of the burst's acceptance time spent waiting for a thread here. Threads start lazily.
 TASK_THREADS: Final = 64

@@ -192,6 +192,8 @@ class RunnerProcess:
                 metrics=self.metrics,
                 store=store,
                 limits=lambda: self.machine.read(lambda st: st.limits),  # amend_limits
+                # A 409 names the owner's listener as the owner reports it (issue 35, item 4).
+                management_addrs=self.member.capabilities.management_addr,
             )
         self.console: Any = None
         if cfg.console is not None:  # extension (issue 34): the web console
@@ -203,6 +205,7 @@ class RunnerProcess:
                 self.runner,
                 observability=None if self.management is None else self.management.observability,
                 store=store,
+                management_addrs=self.member.capabilities.management_addr,
             )
 
     def _promotion_refusal(self, learner: str) -> str | None:

@@ -37,54 +37,93 @@ from appliance.store.errors import StoreWriteFailed
 from appliance.store.sqlite import fsync_dir
 
 
+class _Waiter:
+    """One caller waiting for its commit to be durable, woken only when that is so (or when it
+    is asked to run the next fsync)."""
+
+    __slots__ = ("cond", "seq")
+
+    def __init__(self, seq: int, lock: threading.Lock) -> None:
+        self.seq = seq
+        self.cond = threading.Condition(lock)
+
+
 class GroupSync:
     def __init__(self, wal_path: Path) -> None:
         self._wal_path = wal_path
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiters: list[_Waiter] = []  # callers waiting for a running fsync
         self._written = 0  # the highest commit number whose frames are in the -wal file
         self._synced = 0  # the highest commit number known durable
         self._syncing = False
         self._fd: int | None = None
         self.fsyncs = 0  # how many fsyncs covered how many commits: the batching, for tests
         self.commits = 0
+        self.wakeups = 0  # waits that ended in a wake-up (for tests: no thundering herd)
 
     def committed(self) -> int:
         """Call right after a COMMIT, still holding the store lock: its sequence number."""
-        with self._cond:
+        with self._lock:
             self._written += 1
             self.commits += 1
             return self._written
 
     def latest(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._written
 
     def durable(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._synced
 
     def wait(self, seq: int) -> None:
-        """Return once every commit numbered up to ``seq`` is durable (module doc)."""
-        with self._cond:
-            while self._synced < seq:
-                if self._syncing:
-                    self._cond.wait()
-                    continue
-                self._syncing = True
-                target = self._written
-                self._cond.release()
-                try:
-                    self._fsync()
-                except BaseException:
-                    self._cond.acquire()
-                    self._syncing = False
-                    self._cond.notify_all()
-                    raise
-                self._cond.acquire()
-                self._syncing = False
-                self._synced = max(self._synced, target)
-                self.fsyncs += 1
-                self._cond.notify_all()
+        """Return once every commit numbered up to ``seq`` is durable (module doc).
+
+        A caller that finds no fsync running runs one; the others sleep until a finished fsync
+        covers them — each is woken alone, so a burst of concurrent launches does not wake every
+        waiter at every fsync — and one that is not covered is woken to run the next."""
+        with self._lock:
+            me: _Waiter | None = None
+            try:
+                while self._synced < seq:
+                    if not self._syncing:
+                        self._sync_now()
+                        continue
+                    if me is None:
+                        me = _Waiter(seq, self._lock)
+                        self._waiters.append(me)
+                    me.cond.wait()
+                    self.wakeups += 1
+            finally:
+                if me is not None:
+                    self._waiters.remove(me)
+
+    def _sync_now(self) -> None:
+        """Under the lock: fsync everything written so far (the lock is released meanwhile),
+        then wake the waiters it covers and one it does not (the next fsync's runner)."""
+        self._syncing = True
+        target = self._written
+        self._lock.release()
+        try:
+            self._fsync()
+        except BaseException:
+            self._lock.acquire()
+            self._syncing = False
+            for waiter in self._waiters:  # each tries (and fails) for itself
+                waiter.cond.notify()
+            raise
+        self._lock.acquire()
+        self._syncing = False
+        self._synced = max(self._synced, target)
+        self.fsyncs += 1
+        following: _Waiter | None = None
+        for waiter in self._waiters:
+            if waiter.seq <= self._synced:
+                waiter.cond.notify()
+            elif following is None or waiter.seq < following.seq:
+                following = waiter
+        if following is not None:
+            following.cond.notify()
 
     def _fsync(self) -> None:
         try:
@@ -99,7 +138,7 @@ class GroupSync:
 
     def close(self) -> None:
         """After the store's connection is closed."""
-        with self._cond:
+        with self._lock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

@@ -718,13 +718,15 @@ def _live_view(report: ExecutionReport) -> dict[str, Any]:
         "started_at": _iso(report.started_at),
         "finished_at": _iso(report.finished_at),
         "pid": report.pid,
-    }
-    if report.status.terminal:
-        view["output"] = {
+        # A running execution's console output so far (the engine streams it from the child),
+        # bounded by engine.output_limit_bytes like the final output (docs/protocol.md).
+        "output": {
             "text": report.output,
             "bytes": len(report.output.encode("utf-8")),
             "truncated": report.output_truncated,
-        }
+        },
+    }
+    if report.status.terminal:
         view["egress"] = bounded_report(report.egress)
     return view
 

@@ -45,6 +45,7 @@ from appliance.engine import Engine, SystemClock, kill_recorded_children
 from appliance.engine.clock import Clock
 from appliance.engine.model import OUTPUT_LIMIT_BYTES_MAX
 from appliance.http import HttpClient, HttpServer
+from appliance.http.direct_server import DirectServer
 from appliance.http.tls import listener_context, origin_client_context, plain_listener_context
 from appliance.metrics.worker import WorkerMetrics
 from appliance.signal_wait import wait_for_stop
@@ -60,18 +61,11 @@ from appliance.worker.service import WorkerService, now_ms_of
 log = logging.getLogger("appliance.worker")
 
 ENGINE_SHUTDOWN_SECONDS: Final = 10.0
-# An exec holds a thread through its permit request and its fsyncs, and the owner paces to the
-# engine's window (max_concurrent + max_queued): a thread for each of those, plus room for the
-# observations and cancels of the same work, within the HTTP layer's cap.
-HTTP_THREADS: Final = 24  # the engine's default window (4 + 16) and four more
-HTTP_THREADS_MAX: Final = 64
-OBSERVATION_THREADS: Final = 4
-
-
-def http_threads(max_concurrent: int, max_queued: int) -> int:
-    """The listener's threads for an engine window: never fewer than the default."""
-    window = max_concurrent + max_queued + OBSERVATION_THREADS
-    return max(HTTP_THREADS, min(HTTP_THREADS_MAX, window))
+# The listener serves each connection on its own thread (appliance/http/direct_server.py): an
+# exec holds its connection through its permit request and its fsyncs, and the owner sends up to
+# its task pool's 64 at once (runner/loop.py TASK_THREADS), each with its observations. This is
+# the bound on connections (and threads), with room for a connection flood to compete for.
+WORKER_CONNECTIONS_MAX: Final = 512
 
 
 @dataclass(frozen=True)
@@ -118,7 +112,7 @@ class Worker:
         self.clock = clock or SystemClock()
         self.store: WorkerStore | None = None
         self.engine: Engine | None = None
-        self.server: HttpServer | None = None
+        self.server: DirectServer | None = None
         self.metrics = WorkerMetrics()
         self.metrics_server: HttpServer | None = None
         self._client: HttpClient | None = None
@@ -161,6 +155,7 @@ class Worker:
             output_limit_bytes=config.engine.output_limit_bytes,
             clock=self.clock,
             on_child_spawned=pid_file.record,
+            executions_per_child=config.engine.executions_per_child,
             **egress_option,
         )
         holder["engine"] = self.engine
@@ -185,15 +180,13 @@ class Worker:
         self.lost = service.mark_lost_executions()
         self.metrics.record_lost(self.lost)
         app = create_worker_app(service, config.namespace, self.settings.credentials.bearer)
-        self.server = HttpServer(
+        self.server = DirectServer.for_app(
             app,
             host=config.listen_addr.host,
             port=config.listen_addr.port,
             name="worker",
             body_bytes_max=BODY_BYTES_MAX,
-            # Enough threads that execs waiting on their permit request (up to the admission
-            # read timeout) leave room for the cancels and observations of the same work.
-            threads=http_threads(config.engine.max_concurrent, config.engine.max_queued),
+            connection_limit=WORKER_CONNECTIONS_MAX,
             error_extra={"protocol": 1},
             ssl_context=listener_context(config.tls),
         ).start()

@@ -79,6 +79,27 @@ def test_an_invalid_runner_config_lists_every_problem_and_exits_2(
     assert "management.addr: must be a loopback address" in captured.err
 
 
+def test_seeded_code_that_v8_does_not_parse_is_refused_with_its_line_and_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = runner_dict()
+    second = {**doc["schedules"][0], "name": "second", "code": "let a = 1;\nconsole.log(1"}
+    doc["schedules"].append(second)
+    assert main(["admin", "config", "check", write(tmp_path, doc)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "(1 problems)" in captured.err
+    assert (
+        "schedules[1].code: SyntaxError: missing ) after argument list (line 2, column 13)"
+        in captured.err
+    )
+    # Reported together with the config's other problems, in one run.
+    doc["remote"]["heap_mb"] = 4097
+    assert main(["admin", "config", "check", write(tmp_path, doc)]) == 2
+    err = capsys.readouterr().err
+    assert "(2 problems)" in err and "remote.heap_mb" in err and "schedules[1].code" in err
+
+
 def test_a_worker_config_is_checked_with_the_worker_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

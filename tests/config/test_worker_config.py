@@ -90,6 +90,7 @@ def test_unknown_fields_are_rejected_at_top_level_and_in_engine() -> None:
         ("engine.output_limit_bytes", 1024, 1048576),
         ("engine.heap_mb_max", 16, 4096),
         ("engine.timeout_seconds_max", 1, 86400),
+        ("engine.executions_per_child", 1, 64),
     ],
 )
 def test_engine_settings_pass_at_both_ends_and_fail_one_beyond(

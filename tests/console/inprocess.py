@@ -1,5 +1,6 @@
-"""The console app on the real listener (takeover server, pusher, live source) over a real
-``Machine`` in memory: for tests of the listener itself (TLS, streams) without processes."""
+"""The console app on the real listener (takeover server, pusher, live source on a real change
+feed) over a real ``Machine`` in memory: for tests of the listener itself (TLS, streams)
+without processes."""
 
 from __future__ import annotations
 
@@ -10,13 +11,15 @@ from typing import Any
 
 from appliance.config.credentials import RunnerCredentials
 from appliance.console.app import ConsoleParts, create_console_app
-from appliance.console.feed import EventHub, RunnerStateSource
+from appliance.console.feed import ChangeFeedSource, EventHub
 from appliance.console.pusher import Pusher
 from appliance.console.service import credential_table
 from appliance.console.sessions import SessionBook
 from appliance.console.takeover import TakeoverServer
 from appliance.core.limits import Limits
 from appliance.http import HttpServer
+from appliance.metrics.feed import ChangeFeed
+from appliance.owner.worker_answers import ObserveResult
 from appliance.runner.machine import Machine, encode_command
 from appliance.secret import Secret
 
@@ -50,12 +53,19 @@ class View:
         return self.machine.read(lambda st: st.limits)
 
 
+class NoWorker:
+    """The live source's worker client here: nothing is dispatched, so nothing is found."""
+
+    def observe(self, execution_id: str) -> ObserveResult:
+        return ObserveResult(None, detail="no worker in process")
+
+
 @dataclass
 class Served:
     machine: Machine
     parts: ConsoleParts
     server: HttpServer
-    source: RunnerStateSource
+    source: ChangeFeedSource
     index: int = 0
 
     @property
@@ -80,7 +90,7 @@ def serve(*, tls: ssl.SSLContext | None = None, **pusher_limits: Any) -> Served:
         operator=Secret("operator-x"), console=Secret(TOKEN),
     )  # fmt: skip
     sessions = SessionBook()
-    source = RunnerStateSource(view)
+    source = ChangeFeedSource(ChangeFeed(machine), machine.read, NoWorker())
     pusher = Pusher(on_close=lambda s: None, **pusher_limits).start()
     hub = EventHub(pusher.publish)
     parts = ConsoleParts(

@@ -32,7 +32,7 @@ def _run(code: str, scheduled: dict[str, object]) -> dict[str, object]:
     context = MiniRacer()
     harness = context.eval(HARNESS_JS)
     harness["install"](json.dumps(scheduled), 65536)
-    outcome = json.loads(harness["run"](code))
+    outcome = json.loads(harness["run"](code))["outcome"]  # a take record (harness.py)
     assert outcome["ok"] is True, outcome
     return json.loads(outcome["json"])
 

@@ -63,6 +63,7 @@ def test_child_refuses_to_start_under_an_unexpected_parent() -> None:
 
 def test_retired_unused_child_exits_cleanly_when_its_stdin_closes() -> None:
     child = ChildProcess.spawn(1 << 20)
+    child.configure(1, None)
     child.wait_ready(time.monotonic() + READY_TIMEOUT_SECONDS)
     child.close()  # closes stdin: no work will come
     assert child.reap(10) == 0

@@ -224,7 +224,8 @@ def test_a_leader_whose_campaign_key_is_deleted_steps_down_and_says_so(trio, etc
     admin.call("/v3/kv/deleterange", {"key": key}, idempotent=True)
     admin.close()
     wait_for(lambda: leader._tenure is not tenure, "step down", timeout_s=5)
-    assert any(not s.is_leader for s in seen[1:])
+    # The callback runs on the election thread after the tenure is dropped: await it.
+    wait_for(lambda: any(not s.is_leader for s in seen[1:]), "the step-down is announced")
     wait_for(lambda: sum(m.is_leader() for m in trio.members.values()) == 1, "a new tenure")
     successor = next(m for m in trio.members.values() if m.is_leader())
     assert successor._tenure.create_revision > tenure.create_revision  # type: ignore[union-attr]

@@ -14,10 +14,11 @@ from prometheus_client import CollectorRegistry
 
 from appliance.config.credentials import Secret
 from appliance.config.runner import Limits
+from appliance.http.direct_server import DirectServer
 from appliance.http.server import HttpServer
 from appliance.management.app import create_management_app
-from appliance.raft.transport import create_raft_app
-from appliance.runner.admission import create_admission_app
+from appliance.raft.transport import create_raft_app, raft_listener
+from appliance.runner.admission import admission_server, create_admission_app
 from appliance.worker.metrics_routes import create_worker_metrics_app
 from appliance.worker.routes import create_worker_app
 
@@ -72,12 +73,56 @@ SURFACES: dict[str, tuple[Callable[[], object], str, str, dict[str, object]]] = 
 }
 
 
-@pytest.fixture(params=sorted(SURFACES))
+# surfaces served by a DirectServer (appliance/http/direct_server.py), as the processes serve
+# them: a voter's cluster port, the admission route, the worker's routes
+DIRECT_SURFACES: dict[str, tuple[Callable[[], object], str, str, dict[str, object]]] = {
+    "admission (runner listener)": (
+        lambda: admission_server(_never, SECRETS, host="127.0.0.1", port=0, name="admission"),
+        "/scheduler/v1/admit",
+        TOKENS["admission"],
+        {"protocol": 1},
+    ),
+    "worker (worker listener)": (
+        lambda: DirectServer.for_app(
+            create_worker_app(None, "ns", SECRETS["worker"]),  # type: ignore[arg-type]
+            host="127.0.0.1",
+            port=0,
+            name="worker",
+            body_bytes_max=512 * 1024,
+            error_extra={"protocol": 1},
+        ),
+        "/api/scheduled/v1/exec",
+        TOKENS["worker"],
+        {"protocol": 1},
+    ),
+    "cluster (voter listener)": (
+        lambda: raft_listener(
+            node_id="a",
+            digest="d" * 64,
+            deliver=_never,
+            status=dict,
+            credentials=SECRETS,
+            host="127.0.0.1",
+            port=0,
+            name="cluster",
+        ),
+        "/raft/v1/append",
+        TOKENS["cluster"],
+        {},
+    ),
+}
+
+
+@pytest.fixture(params=sorted(SURFACES) + sorted(DIRECT_SURFACES))
 def surface(request):
-    factory, path, token, extra = SURFACES[request.param]
-    server = HttpServer(
-        factory(), host="127.0.0.1", port=0, name=request.param, body_bytes_max=512 * 1024
-    ).start()
+    if request.param in DIRECT_SURFACES:
+        build, path, token, extra = DIRECT_SURFACES[request.param]
+        server = build().start()  # type: ignore[attr-defined]
+    else:
+        factory, path, token, extra = SURFACES[request.param]
+        server = HttpServer(
+            factory(), host="127.0.0.1", port=0, name=request.param, body_bytes_max=512 * 1024
+        ).start()
     try:
         yield server, path, token, extra
     finally:

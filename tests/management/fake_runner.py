@@ -24,6 +24,10 @@ class FakeRunner:
         self.lock = threading.Lock()
         self.owner = True
         self.leader_hint: str | None = "n2@127.0.0.1:4502"
+        # When set, a not-owner answer is the runner loop's own 409 shape naming the owner's
+        # management listener (appliance/management/wiring.py ``with_leader_host``).
+        self.owner_management_addr: str | None = None
+        self.not_owner_answers = 0  # answer not-owner this many more times, even as the owner
         self.fail_next: Exception | None = None
         self.schedules: dict[int, dict[str, Any]] = {}
         self.occurrences: dict[int, dict[str, Any]] = {}
@@ -59,7 +63,18 @@ class FakeRunner:
                 error, self.fail_next = self.fail_next, None
                 raise error
             action = command["action"]
+            if self.not_owner_answers > 0 and action != "list":
+                self.not_owner_answers -= 1
+                raise NotOwner(self.leader_hint)
             if not self.owner and action != "list":
+                if self.owner_management_addr is not None:
+                    return {
+                        "ok": False,
+                        "status": 409,
+                        "error": {"code": "not_owner", "message": "not the owner"},
+                        "leader_hint": self.leader_hint,
+                        "owner_management_addr": self.owner_management_addr,
+                    }
                 raise NotOwner(self.leader_hint)
             return getattr(self, "_" + action)(command)
 

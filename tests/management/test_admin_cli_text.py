@@ -219,3 +219,13 @@ def test_list_occurrences_and_filters_through_the_cli(live: Live, tokens) -> Non
     assert code == 0 and len(json.loads(out)["result"]["occurrences"]) == 2  # unchanged reply
     code, _, err = run(["list", "--tz", "Nowhere/City"], [addr])
     assert code == 2 and "--tz" in err
+
+
+def test_watch_lines_say_who_acquired_ownership_and_escape_the_node_id() -> None:
+    from appliance.cli.admin_watch import event_line
+
+    owner = {"kind": "owner", "change": "acquired", "node": "v2\x1b[31m", "term": 3, "epoch": 4,
+             "at": "2027-01-15T08:00:00Z", "index": 12}  # fmt: skip
+    line = event_line(owner, UTC)
+    assert line.startswith("2027-01-15T08:00:00Z  #12  ownership acquired by v2")
+    assert "(term 3, epoch 4)" in line and "\x1b" not in line

@@ -14,9 +14,20 @@ from collections.abc import Iterator
 import pytest
 
 from appliance.cli import admin_ops
-from appliance.cli.admin_endpoints import ADDR_ENV, UsageError, endpoints
+from appliance.cli.admin_endpoints import (
+    ADDR_ENV,
+    UsageError,
+    endpoints,
+    owner_advice,
+    owner_base,
+    send,
+)
+from appliance.http import HttpClient
 from tests.management.conftest import DEFINITION, TOKENS, Live, start_live
 from tests.ports import free_ports
+
+COMMANDS = "/scheduler/v1/commands"
+DISABLE = json.dumps({"action": "disable", "id": 1}).encode()
 
 
 def run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
@@ -90,6 +101,83 @@ def test_when_no_endpoint_is_the_owner_the_error_names_it_and_how_to_reach_it(pa
     assert code == 1
     assert "HTTP 409 not_owner" in err and "voter-2" in err
     assert "ssh -N -L" in err or "SSH forward" in err
+
+
+def test_a_409_naming_a_given_listener_sends_the_walk_straight_to_it(pair) -> None:
+    follower, owner = pair
+    follower.runner.owner_management_addr = addr(owner)
+    dead = f"127.0.0.1:{free_ports(1)[0]}"
+    bases = endpoints([addr(follower), dead, addr(owner)])
+    client = HttpClient()
+    try:
+        sent = send(client, bases, TOKENS["operator"], "POST", COMMANDS, DISABLE)
+    finally:
+        client.close()
+    assert sent.status == 200 and sent.base == owner.base
+    assert len(sent.skipped) == 1 and sent.skipped[0].startswith(follower.base)  # not the dead one
+
+
+def test_the_owners_listener_is_asked_once_more_when_ownership_moved_during_the_walk(
+    pair,
+) -> None:
+    follower, owner = pair
+    follower.runner.owner_management_addr = addr(owner)
+    owner.runner.not_owner_answers = 1  # not yet the owner when first asked
+    code, _, err = run(["disable", "1", "--addr", addr(owner), "--addr", addr(follower)])
+    assert code == 0, err
+    assert [c["action"] for c in owner.runner.executed] == ["disable", "disable"]
+
+
+def test_the_owners_listener_is_asked_again_only_once(pair) -> None:
+    follower, owner = pair
+    follower.runner.owner_management_addr = addr(owner)
+    owner.runner.not_owner_answers = 5
+    owner.runner.leader_hint = "voter-2"  # it names the same owner, without its listener
+    code, _, err = run(["disable", "1", "--addr", addr(owner), "--addr", addr(follower)])
+    assert code == 1 and "HTTP 409 not_owner" in err
+    assert len(owner.runner.executed) == 2
+    assert f"whose listener {addr(owner)} was given" in err
+
+
+def test_a_follower_names_the_owners_listener_to_add_when_it_was_not_given(pair) -> None:
+    follower, owner = pair
+    follower.runner.owner_management_addr = addr(owner)
+    follower.runner.leader_hint = "voter-2"
+    code, _, err = run(["disable", "1", "--addr", addr(follower)])
+    assert code == 1
+    assert f"the acquired owner is voter-2, whose management listener is {addr(owner)}" in err
+    assert f"add --addr {addr(owner)}" in err and "ssh" not in err
+    assert owner.runner.executed == []
+
+
+def test_a_voter_naming_its_own_address_as_the_owners_is_on_another_machine() -> None:
+    here = "http://127.0.0.1:4601"
+    reply = {"leader_hint": "v2", "owner_management_addr": "127.0.0.1:4601"}
+    assert owner_base(reply, [here], answered_by=here) is None
+    assert (
+        owner_base(reply, [here, "http://127.0.0.1:4602"], answered_by="http://127.0.0.1:4602")
+        == here
+    )
+
+
+def test_the_advice_says_how_to_reach_the_owner_wherever_it_is() -> None:
+    given = ["http://127.0.0.1:4601"]
+    remote = {
+        "leader_hint": "v2",
+        "leader_host": "10.0.0.2",
+        "owner_management_addr": "127.0.0.1:4601",
+    }
+    advice = owner_advice(remote, given)
+    assert "ssh -N -L 4602:127.0.0.1:4601 10.0.0.2" in advice and "--addr 127.0.0.1:4602" in advice
+    tls = {**remote, "owner_management_addr": "https://127.0.0.1:4701"}
+    assert "--addr https://127.0.0.1:4701" in owner_advice(tls, given)
+    local = {**remote, "leader_host": "127.0.0.1", "owner_management_addr": "127.0.0.1:4611"}
+    assert owner_advice(local, given).endswith(
+        f"none of the addresses given is it: add --addr 127.0.0.1:4611 (or put it in {ADDR_ENV})"
+    )
+    unknown_host = {"leader_hint": "v2", "owner_management_addr": "127.0.0.1:4611"}
+    assert "add --addr 127.0.0.1:4611 when that is this machine" in owner_advice(unknown_host)
+    assert "SSH forward" in owner_advice({"leader_hint": "v2"})  # an owner not heard from yet
 
 
 def test_a_definite_refusal_is_not_sent_elsewhere(pair) -> None:

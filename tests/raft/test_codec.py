@@ -177,3 +177,18 @@ def test_a_bad_node_id_is_refused() -> None:
     body = encode(HeartbeatResponse("n 2", "n1", 1, 0), DIGEST)
     with pytest.raises(CodecError, match="node id"):
         decode(body, DIGEST)
+
+
+def test_the_same_entries_sent_to_two_followers_encode_alike_and_others_do_not_reuse_them() -> None:
+    """A leader's second append of the same new entries reuses the first one's block; any other
+    entries (equal values, other objects, another length) are encoded afresh."""
+    entries = (Entry(6, 2, EntryKind.NORMAL, b"a"), Entry(7, 2, EntryKind.NORMAL, b"bc"))
+    to_n2 = AppendRequest("n1", "n2", 2, 5, 1, entries, 5)
+    to_n3 = AppendRequest("n1", "n3", 2, 5, 1, entries, 4)
+    assert decode(encode(to_n2, DIGEST), DIGEST) == to_n2
+    assert decode(encode(to_n3, DIGEST), DIGEST) == to_n3
+    fewer = AppendRequest("n1", "n2", 2, 5, 1, entries[:1], 5)
+    assert decode(encode(fewer, DIGEST), DIGEST) == fewer
+    other = (Entry(6, 2, EntryKind.NORMAL, b"x"), Entry(7, 2, EntryKind.NORMAL, b"yz"))
+    changed = AppendRequest("n1", "n3", 2, 5, 1, other, 5)
+    assert decode(encode(changed, DIGEST), DIGEST) == changed

@@ -4,9 +4,9 @@ force — or, as Raft requires of a node that may lag behind a membership change
 leader's message or a vote request at its current term or later. Status reads need a member's
 certificate too.
 
-One real voter (``RaftMember`` over its SQLite store, waitress and TLS) of the genesis voters
-n1, n2, n3; clients hold certificates of the same cluster CA for n2, n3 and n4 (issued, but never
-added: a non-member).
+One real voter (``RaftMember`` over its SQLite store, its cluster listener a ``DirectServer``
+with TLS) of the genesis voters n1, n2, n3; clients hold certificates of the same cluster CA for
+n2, n3 and n4 (issued, but never added: a non-member).
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ import pytest
 
 from appliance.capabilities import BASELINE_COMMAND_KINDS, Capabilities, local_capabilities
 from appliance.replication.raft_member import configured_members
-from appliance.replication.voter_capabilities import REMEMBERED_FILE, VoterCapabilities
+from appliance.replication.voter_capabilities import (
+    REMEMBERED_FILE,
+    VoterCapabilities,
+)
 from appliance.secret import Secret
 from tests.ports import free_ports
 from tests.support import wait_for
@@ -29,6 +32,7 @@ class StatusPeer:
 
     def __init__(self, report: Capabilities, port: int = 0) -> None:
         self.report = report
+        self.extra: dict[str, Any] = {}  # more fields of the status answer
         self.asked = 0
         peer = self
 
@@ -40,7 +44,7 @@ class StatusPeer:
                     self.end_headers()
                     return
                 peer.asked += 1
-                body = json.dumps({"capabilities": peer.report.to_json()}).encode()
+                body = json.dumps({"capabilities": peer.report.to_json(), **peer.extra}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

@@ -151,10 +151,10 @@ def test_the_listener_holds_a_whole_worker_window_of_permit_requests_at_once() -
     from concurrent.futures import ThreadPoolExecutor
 
     from appliance.http.client import HttpClient
-    from appliance.runner.admission import ADMISSION_THREADS, admission_server
+    from appliance.runner.admission import ADMISSION_CONNECTIONS_MAX, admission_server
 
     window = 4 + 16
-    assert window <= ADMISSION_THREADS
+    assert window <= ADMISSION_CONNECTIONS_MAX
     inside = threading.Barrier(window, timeout=10)
 
     def submit(binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:

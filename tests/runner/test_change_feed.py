@@ -121,3 +121,32 @@ def test_a_cursor_older_than_what_is_kept_is_a_gap() -> None:
         assert page.gap is True and page.first_cursor > start
         assert [e["name"] for e in page.events] == ["c", "d"]
         assert small.page(page.first_cursor).gap is False
+
+
+def test_an_acquired_ownership_is_one_event_and_seeding_is_none() -> None:
+    with Voter() as v:
+        feed = feed_of(v)
+        owners = [e for e in feed.page(0).events if e["kind"] == "owner"]
+        assert len(owners) == 1, owners
+        owner = owners[0]
+        assert owner["change"] == "acquired" and owner["node"] == v.runner.cfg.node_id
+        assert owner["epoch"] == v.runner.epoch and owner["at"].endswith("Z")
+
+
+def test_an_uncounted_reader_waits_beside_the_listeners_waiters() -> None:
+    """The console's one reader (counted=False) waits even when every counted slot is taken."""
+    with Voter() as v:
+        feed = feed_of(v)
+        cursor = feed.cursor
+        threads = [
+            threading.Thread(target=feed.page, args=(cursor, 3_000)) for _ in range(WAITERS_MAX)
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: feed._waiters == WAITERS_MAX, "every waiter waiting")
+        t0 = time.monotonic()
+        page = feed.page(cursor, 300, counted=False)
+        assert page.waited is True and 0.25 <= time.monotonic() - t0 < 5
+        assert feed._waiters == WAITERS_MAX  # it took none of their slots
+        for thread in threads:
+            thread.join(10)

@@ -78,15 +78,11 @@ def test_an_engine_that_cannot_say_leaves_every_answer_unchanged() -> None:
     assert worker.core.with_capacity(answer) == answer
 
 
-def test_the_listener_has_a_thread_for_every_exec_of_the_window_plus_observations() -> None:
-    """The owner paces to max_concurrent + max_queued execs, each holding a listener thread
-    through its permit request; four more serve their observations. Never below the default,
-    never above the HTTP layer's cap."""
-    from appliance.worker.runtime import HTTP_THREADS, HTTP_THREADS_MAX, http_threads
+def test_the_listener_takes_every_exec_the_owner_sends_plus_their_observations() -> None:
+    """Each connection is served on its own thread (a DirectServer): the owner sends at most its
+    task pool's execs at once, each with an observation of the same work in flight, and the
+    listener holds all of them with room to spare for a flood to compete for."""
+    from appliance.runner.loop import TASK_THREADS
+    from appliance.worker.runtime import WORKER_CONNECTIONS_MAX
 
-    assert http_threads(4, 16) == HTTP_THREADS == 24
-    assert http_threads(1, 0) == HTTP_THREADS
-    assert http_threads(4, 17) == 25
-    assert http_threads(4, 56) == HTTP_THREADS_MAX == 64
-    assert http_threads(4, 57) == HTTP_THREADS_MAX
-    assert http_threads(64, 1024) == HTTP_THREADS_MAX
+    assert 2 * TASK_THREADS <= WORKER_CONNECTIONS_MAX
