@@ -132,6 +132,18 @@ def _expiry_note(expires_at: datetime, now: datetime) -> str:
     return f"in {remaining.days} days"
 
 
+def _remote_line(cfg: RunnerConfig) -> str:
+    remote = cfg.remote
+    if not remote.workers and remote.url is not None:
+        return f"remote: {remote.url.url} namespace {remote.namespace} worker {remote.worker_id}"
+    workers = ", ".join(
+        f"{w.worker_id} {w.url.url}"
+        + (f" [{' '.join(f'{k}={v}' for k, v in w.labels)}]" if w.labels else "")
+        for w in remote.workers
+    )
+    return f"remote: namespace {remote.namespace}, a fleet of {len(remote.workers)}: {workers}"
+
+
 def _runner_summary(cfg: RunnerConfig) -> list[str]:
     expiry = _expiry_note(cfg.remote.expires_at, datetime.now(UTC))
     voters = ", ".join(f"{node}@{addr}" for node, addr in cfg.voters.items())
@@ -140,8 +152,7 @@ def _runner_summary(cfg: RunnerConfig) -> list[str]:
         f"runner node {cfg.node_id}{' (joins: not a genesis voter)' if cfg.join else ''}; "
         f"genesis voters ({len(cfg.voters)}): {voters}",
         f"schedules: {len(cfg.schedules)} of at most {cfg.limits.schedules}",
-        f"remote: {cfg.remote.url.url} namespace {cfg.remote.namespace} "
-        f"worker {cfg.remote.worker_id}",
+        _remote_line(cfg),
         f"grant expires {format_utc(cfg.remote.expires_at)} ({expiry})",
         f"admission: {cfg.admission_addr}; management: {management}",
         f"contract digest: {contract_digest(cfg)}",

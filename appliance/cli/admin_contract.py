@@ -1,7 +1,9 @@
-"""``appliance admin renew-grant|amend-remote|amend-limits|add-voter|promote-voter|remove-voter``.
+"""``appliance admin renew-grant|amend-remote|amend-limits|add-worker|drain-worker|undrain-worker|
+remove-worker|add-voter|promote-voter|remove-voter``.
 
-The admin commands of issue 20: the contract amendments and the Raft membership changes. Each
-sends one command of the table (``renew_grant``, ``amend_remote``, ``amend_limits``,
+The admin commands of issues 20 and 33: the contract amendments, the fleet's amendments and the
+Raft membership changes. Each sends one command of the table (``renew_grant``, ``amend_remote``,
+``amend_limits``, ``add_worker``, ``drain_worker``, ``undrain_worker``, ``remove_worker``,
 ``add_voter``, ``promote_voter``, ``remove_voter``) to the management listener with the *admin*
 credential (``management.admin_bearer_env``; the variable
 named by ``--token-env``, default ``MCP_SCHEDULER_ADMIN_TOKEN``), through the same endpoint
@@ -44,6 +46,46 @@ def _renew(parser: argparse.ArgumentParser) -> None:
 def _remote(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--url", metavar="URL", help="the worker origin, http(s)://host[:port]")
     parser.add_argument("--worker-id", metavar="ID", help="the worker identity to bind claims to")
+
+
+def _label(text: str) -> tuple[str, str]:
+    name, eq, value = text.partition("=")
+    if not eq or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return name, value
+
+
+def _worker_id(parser: argparse.ArgumentParser, what: str) -> None:
+    """The worker's id, positional or as ``--worker-id`` (either spelling)."""
+    parser.add_argument("worker_id", nargs="?", metavar="WORKER_ID", help=what)
+    parser.add_argument("--worker-id", dest="worker_id_flag", metavar="WORKER_ID", help=what)
+
+
+def _add_worker(parser: argparse.ArgumentParser) -> None:
+    _worker_id(parser, "the new worker's worker_id")
+    parser.add_argument(
+        "--url", required=True, metavar="URL", help="its origin, http(s)://host[:port]"
+    )
+    parser.add_argument(
+        "--label",
+        type=_label,
+        action="append",
+        dest="labels",
+        metavar="NAME=VALUE",
+        help="a placement label (repeat for several)",
+    )
+    parser.add_argument(
+        "--bearer-env", metavar="NAME", help="its worker credential's variable (on every voter)"
+    )
+    parser.add_argument(
+        "--admission-bearer-env",
+        metavar="NAME",
+        help="its own admission credential's variable (on every voter)",
+    )
+
+
+def _worker(parser: argparse.ArgumentParser) -> None:
+    _worker_id(parser, "a worker of the fleet")
 
 
 def _limits(parser: argparse.ArgumentParser) -> None:
@@ -113,6 +155,30 @@ _SPECS: Final = (
         "change limits (lowering only when the state fits)",
         _amendment(_limits),
     ),
+    (
+        "add-worker",
+        "add_worker",
+        "a new worker joins the fleet (issue 33)",
+        _amendment(_add_worker),
+    ),
+    (
+        "drain-worker",
+        "drain_worker",
+        "no new placements on a worker; its attempts finish",
+        _amendment(_worker),
+    ),
+    (
+        "undrain-worker",
+        "undrain_worker",
+        "a drained worker takes placements again",
+        _amendment(_worker),
+    ),
+    (
+        "remove-worker",
+        "remove_worker",
+        "remove a worker from the fleet (refused while attempts bound to it are live)",
+        _amendment(_worker),
+    ),
     ("add-voter", "add_voter", "a new node joins the Raft configuration as a learner", _add_voter),
     ("promote-voter", "promote_voter", "a caught-up learner becomes a voter", _promote_voter),
     (
@@ -126,6 +192,10 @@ _FIELDS: Final = {
     "renew_grant": ("expires_at", "timeout_seconds", "heap_mb", "session"),
     "amend_remote": ("url", "worker_id"),
     "amend_limits": LIMIT_FLAGS,
+    "add_worker": ("worker_id", "url", "labels", "bearer_env", "admission_bearer_env"),
+    "drain_worker": ("worker_id",),
+    "undrain_worker": ("worker_id",),
+    "remove_worker": ("worker_id",),
     "add_voter": ("id", "address"),
     "promote_voter": ("id",),
     "remove_voter": ("id",),
@@ -142,14 +212,32 @@ def register(groups: argparse._SubParsersAction) -> None:
 
 def command_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The command's fields from the flags given (the ones left out are not sent)."""
-    return {
+    flag = getattr(args, "worker_id_flag", None)
+    if flag is not None:
+        if getattr(args, "worker_id", None) not in (None, flag):
+            raise SystemExit("appliance: give the worker id once (WORKER_ID or --worker-id)")
+        args.worker_id = flag
+    fields = {
         field: getattr(args, field)
         for field in _FIELDS[args.ops_action]
         if getattr(args, field, None) is not None
     }
+    if "labels" in fields:  # --label NAME=VALUE, repeated: one object (the last value wins)
+        fields["labels"] = dict(fields["labels"])
+    return fields
 
 
-AMENDMENTS: Final = frozenset({"renew_grant", "amend_remote", "amend_limits"})
+AMENDMENTS: Final = frozenset(
+    {
+        "renew_grant",
+        "amend_remote",
+        "amend_limits",
+        "add_worker",
+        "drain_worker",
+        "undrain_worker",
+        "remove_worker",
+    }
+)
 STATUS_PATH: Final = "/scheduler/v1/status"
 
 

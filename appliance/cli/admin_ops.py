@@ -756,12 +756,15 @@ def render_health(health: dict[str, Any]) -> str:
         f"checkpoint  {checkpoint.get('bytes')} bytes, budget {checkpoint.get('budget_bytes')} "
         f"of {checkpoint.get('bytes_max')}",
     ]
-    worker = health.get("worker")
-    if isinstance(worker, dict):
+    workers = [w for w in health.get("workers") or [] if isinstance(w, dict)]
+    if not workers and isinstance(health.get("worker"), dict):
+        workers = [health["worker"]]
+    for worker in workers:  # a fleet lists each (issue 33), named by its worker_id
         state = "reachable" if worker.get("reachable") else "UNREACHABLE"
         if worker.get("reachable") and not worker.get("authorized"):
             state = "reachable, bearer REFUSED"
-        lines.append(f"worker      {worker.get('url')} {state}")
+        name = f"{worker['worker_id']} " if worker.get("worker_id") else ""
+        lines.append(f"worker      {name}{worker.get('url')} {state}")
     pool = health.get("pool")
     if isinstance(pool, dict):
         if "running" in pool:

@@ -201,6 +201,21 @@ def occurrence_rows(
     return rows, len(matching)
 
 
+def fleet_line(result: Mapping[str, Any]) -> str:
+    """``workers: w1 (active, zone=a), w2 (draining)`` and a newline, or nothing (issue 33)."""
+    fleet = result.get("fleet")
+    if not isinstance(fleet, list) or not fleet:
+        return ""
+    shown = []
+    for worker in fleet:
+        if not isinstance(worker, Mapping):
+            continue
+        labels = worker.get("labels") if isinstance(worker.get("labels"), Mapping) else {}
+        notes = [str(worker.get("state", "?")), *(f"{k}={v}" for k, v in labels.items())]
+        shown.append(f"{worker.get('worker_id')} ({', '.join(notes)})")
+    return f"workers: {', '.join(shown)}\n"
+
+
 def paused_line(result: Mapping[str, Any], tz: tzinfo = UTC) -> str | None:
     paused = result.get("paused")
     if not isinstance(paused, Mapping):
@@ -222,6 +237,7 @@ def render_schedules(
     return (
         (f"{escape(paused)}\n\n" if paused else "") + f"{fit_table(rows, SCHEDULE_COLUMNS)}\n\n"
         f"occurrences retained: {counts.get('records', 0)} ({summary})\n"
+        f"{fleet_line(result)}"
         "details: appliance admin list occurrences [--schedule ID] [--state STATE]\n"
         "(a stale local view of this voter's replica; it may lag the acquired owner)"
     )

@@ -94,6 +94,7 @@ def run_init(args: argparse.Namespace) -> int:
             datetime.now(UTC),
             demo=not args.no_demo,
             tls=not args.no_tls,
+            workers=args.workers,
         )
         written = write_cluster(files, out_dir)
     except (InvalidLayout, OutputNotEmpty) as err:
@@ -103,7 +104,8 @@ def run_init(args: argparse.Namespace) -> int:
         print(f"appliance cluster init: cannot write {out_dir}: {err}", file=sys.stderr)
         return EXIT_FAILURE
     kind = "TLS" if files.tls_files else "plain-HTTP"
-    print(f"wrote a {len(files.plan.voters)}-voter loopback {kind} cluster into {out_dir}:")
+    fleet = f" with {files.plan.workers} workers" if files.plan.workers > 1 else ""
+    print(f"wrote a {len(files.plan.voters)}-voter loopback {kind} cluster{fleet} into {out_dir}:")
     for path in written:
         print(f"  {path.relative_to(out_dir)}")
     print(f"next: read {out_dir / 'README.md'} (start commands), or docs/cluster.md")
@@ -111,7 +113,12 @@ def run_init(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from appliance.cluster_init.layout import BASE_PORT_DEFAULT, VOTERS_DEFAULT
+    from appliance.cluster_init.layout import (
+        BASE_PORT_DEFAULT,
+        VOTERS_DEFAULT,
+        WORKERS_DEFAULT,
+        WORKERS_MAX,
+    )
 
     cluster = subparsers.add_parser("cluster", help="cluster tooling (init)")
     tools = cluster.add_subparsers(dest="cluster_command", metavar="ACTION")
@@ -129,6 +136,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=VOTERS_DEFAULT,
         metavar="N",
         help=f"number of voters: 1, 3, 5, 7 or 9 (default {VOTERS_DEFAULT})",
+    )
+    init.add_argument(
+        "--workers",
+        type=int,
+        default=WORKERS_DEFAULT,
+        metavar="N",
+        help=f"number of workers, 1-{WORKERS_MAX} (default {WORKERS_DEFAULT}); more than one is "
+        "a fleet (remote.workers), one config each, labelled zone a, b, c …",
     )
     init.add_argument("--out", metavar="DIR", help="absent or empty directory")
     init.add_argument(

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from appliance.cluster_init.layout import ENV_NAMES, WORKER_ID, ClusterFiles
+from appliance.cluster_init.layout import ENV_NAMES, ClusterFiles
 
 ENV_FILE = "cluster.env"
 WORKER_FILE = "worker.json"
@@ -61,7 +61,32 @@ def render_readme(files: ClusterFiles, out_dir: Path, program: str | None = None
     checks = "\n".join(
         f"    {app} admin config check {v.node_id}.json --check-env" for v in plan.voters
     )
-    return f"""# A loopback cluster of {title} and one worker
+    worker_files = files.worker_configs or {WORKER_FILE: files.worker_config}
+    worker_checks = "\n".join(
+        f"    {app} admin config check {name} --worker --check-env" for name in worker_files
+    )
+    worker_starts = "\n".join(
+        f"    cd {here} && . ./{ENV_FILE} && {app} worker --config {name}" for name in worker_files
+    )
+    fleet = len(worker_files) > 1
+    workers_text = (
+        'The workers form a fleet (`remote.workers`, docs/cluster.md, "A fleet of workers"):\n\n'
+        "| worker | config | port | labels |\n|---|---|---|---|\n"
+        + "\n".join(
+            f"| {w['worker_id']} | `{name}` | {w['listen_addr'].rsplit(':', 1)[1]} "
+            f"| zone={chr(ord('a') + j)} |"
+            for j, (name, w) in enumerate(worker_files.items())
+        )
+        + '\n\nA definition with `"placement": {"labels": {"zone": "b"}}` runs only on the '
+        "zone-b worker."
+        if fleet
+        else (
+            f"The worker (`{files.worker_config['worker_id']}`, config `{WORKER_FILE}`) listens "
+            f"on 127.0.0.1:{plan.worker_port}."
+        )
+    )
+    how_many = f"{len(worker_files)} workers" if fleet else "one worker"
+    return f"""# A loopback cluster of {title} and {how_many}
 
 Written by `appliance cluster init`. Every process listens on 127.0.0.1 only.
 
@@ -69,9 +94,9 @@ Written by `appliance cluster init`. Every process listens on 127.0.0.1 only.
 |---|---|---|---|---|
 {voters}
 
-The worker (`{WORKER_ID}`, config `{WORKER_FILE}`) listens on 127.0.0.1:{plan.worker_port}.
-Stores live under `{out_dir / "data"}`. The worker's grant (`remote.expires_at`, sealed in the
-contract) expires at {expires_at}; after that no occurrence is admitted.
+{workers_text}
+Stores live under `{out_dir / "data"}`. The grant (`remote.expires_at`, sealed in the contract)
+expires at {expires_at}; after that no occurrence is admitted.
 
 ## Credentials
 
@@ -89,17 +114,17 @@ environment: `. ./{ENV_FILE}` exports them.
 
     cd {here} && . ./{ENV_FILE}
 {checks}
-    {app} admin config check {WORKER_FILE} --worker --check-env
+{worker_checks}
 
 Every voter must print the same `contract digest`.
 
 ## Start
 
 One terminal per process (or a process supervisor). The voters elect a leader once a majority
-is up; start the worker in its own terminal:
+is up; start each worker in its own terminal:
 
 {starts}
-    cd {here} && . ./{ENV_FILE} && {app} worker --config {WORKER_FILE}
+{worker_starts}
 
 `{app}` is this installation's command (a bare `appliance` is on PATH only inside an activated
 venv). With the zipapp, use `python appliance.pyz` instead (see docs/packaging.md).

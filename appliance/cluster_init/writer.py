@@ -81,7 +81,8 @@ def write_cluster(files: ClusterFiles, out_dir: Path) -> list[Path]:
     put(ENV_FILE, env_file_text(files.credentials, management_addrs(files)), ENV_FILE_MODE)
     for name, document in files.runner_configs.items():
         put(name, _json_text(document), CONFIG_FILE_MODE)
-    put(WORKER_FILE, _json_text(files.worker_config), CONFIG_FILE_MODE)
+    for name, document in (files.worker_configs or {WORKER_FILE: files.worker_config}).items():
+        put(name, _json_text(document), CONFIG_FILE_MODE)
     if files.tls_files:
         tls_dir = out_dir / TLS_DIR
         tls_dir.mkdir(mode=TLS_DIR_MODE)

@@ -101,6 +101,17 @@ def check_catch_up(args: Mapping[str, Any]) -> None:
     _bool(args, "catch_up")
 
 
+def check_worker_args(args: Mapping[str, Any]) -> None:
+    """The fleet commands' shapes (issue 33); the owner checks the values against the fleet."""
+    for field in ("worker_id", "url", "bearer_env", "admission_bearer_env"):
+        if field in args and args[field] is not None and not isinstance(args[field], str):
+            raise ArgumentError(field, "must be a string")
+    if "worker_id" in args and not isinstance(args["worker_id"], str):
+        raise ArgumentError("worker_id", "must be a string")
+    if "labels" in args and not isinstance(args["labels"], dict):
+        raise ArgumentError("labels", "must be an object of label: value strings")
+
+
 def check_update(args: Mapping[str, Any]) -> None:
     given = [f for f in UPDATE_FIELDS if f in args]
     if not given:
@@ -112,6 +123,8 @@ def check_update(args: Mapping[str, Any]) -> None:
         raise ArgumentError("name", "must be a string or null")
     if "policy" in args and not isinstance(args["policy"], dict):
         raise ArgumentError("policy", "must be an object (it replaces the whole policy)")
+    if "placement" in args and not isinstance(args["placement"], dict):
+        raise ArgumentError("placement", "must be an object (it replaces the whole placement)")
 
 
 def check_backfill(args: Mapping[str, Any]) -> None:

@@ -145,14 +145,14 @@ _ROWS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(
         "update",
-        ("id", "name", "code", "cron", "timezone", "policy"),
+        ("id", "name", "code", "cron", "timezone", "policy", "placement"),
         ("id",),
-        optional=("name", "code", "cron", "timezone", "policy"),
+        optional=("name", "code", "cron", "timezone", "policy", "placement"),
         check=args.check_update,
         plan=args.plan_update_args,
-        description="Change a schedule's name, code, cron, timezone or policy (policy is "
-        "replaced whole). Future occurrences use the new definition; live ones keep the code "
-        "they were created with. Give at least one field.",
+        description="Change a schedule's name, code, cron, timezone, policy or placement (policy "
+        "and placement are replaced whole). Future occurrences use the new definition; live "
+        "ones keep the code they were created with. Give at least one field.",
         schema_min_properties=2,
     ),
     CommandSpec(
@@ -250,6 +250,52 @@ _AMENDMENT_ROWS: Final = (
         "always fits; lowering is refused while the current state holds more.",
     ),
 )
+# The fleet's amendments (issue 33, appliance/core/fleet.py): the owner adds ``base_amendment``
+# and the worker list in force after the change (appliance/owner/contract.py) before ``build``.
+_WORKER_FIELDS: Final = ("worker_id", "url", "labels", "bearer_env", "admission_bearer_env")
+_FLEET_ROWS: Final = (
+    CommandSpec(
+        "add_worker",
+        _WORKER_FIELDS,
+        role=ADMIN,
+        optional=("labels", "bearer_env", "admission_bearer_env"),
+        check=args.check_worker_args,
+        build=lambda a, at_s: core.AddWorker(
+            a["base_amendment"], at_s, a["worker"], tuple(a["workers"])
+        ),
+        description="Admin only: add a worker to the fleet (worker_id, its origin url, optional "
+        "labels for placement and the names of its credentials' environment variables, which "
+        "every voter must have set). A removed worker_id is never reused.",
+    ),
+    CommandSpec(
+        "drain_worker",
+        ("worker_id",),
+        role=ADMIN,
+        check=args.check_worker_args,
+        build=lambda a, at_s: core.DrainWorker(a["base_amendment"], at_s, a["worker_id"]),
+        description="Admin only: no new placements on this worker; its live attempts finish there.",
+    ),
+    CommandSpec(
+        "undrain_worker",
+        ("worker_id",),
+        role=ADMIN,
+        check=args.check_worker_args,
+        build=lambda a, at_s: core.UndrainWorker(a["base_amendment"], at_s, a["worker_id"]),
+        description="Admin only: a drained worker takes new placements again.",
+    ),
+    CommandSpec(
+        "remove_worker",
+        ("worker_id",),
+        role=ADMIN,
+        check=args.check_worker_args,
+        build=lambda a, at_s: core.RemoveWorker(
+            a["base_amendment"], at_s, a["worker_id"], tuple(a["workers"])
+        ),
+        description="Admin only: remove a worker from the fleet. Refused while any attempt "
+        "bound to it is claimed, Running, Unknown or Cancelling (drain it first); its "
+        "worker_id is never reused.",
+    ),
+)
 # Membership changes of the built-in Raft (issue 20, docs/cluster.md "Changing the voters"):
 # one server at a time; replacing a voter is add_voter, promote_voter, remove_voter.
 _MEMBERSHIP_ROWS: Final = (
@@ -314,7 +360,9 @@ _BASE_DESCRIPTION: Final = (
     "committed since, this one is refused (read status and amend again) instead of "
     "overwriting it."
 )
-_ROWS = tuple(_built_on_a_base(row) for row in (*_ROWS, *_AMENDMENT_ROWS, *_MEMBERSHIP_ROWS))
+_ROWS = tuple(
+    _built_on_a_base(row) for row in (*_ROWS, *_AMENDMENT_ROWS, *_FLEET_ROWS, *_MEMBERSHIP_ROWS)
+)
 COMMANDS: Final[Mapping[str, CommandSpec]] = {row.action: row for row in _ROWS}
 MUTATIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.mutates)
 RECOVERY_ACTIONS: Final = frozenset(a for a, row in COMMANDS.items() if row.role == RECOVERY)

@@ -20,24 +20,70 @@ from __future__ import annotations
 from typing import Any
 
 from appliance.config.replication import contract_entry
-from appliance.config.rfc3339 import format_utc
-from appliance.config.runner import RemoteConfig, RunnerConfig
+from appliance.config.rfc3339 import format_utc, parse_rfc3339
+from appliance.config.runner import RemoteConfig, RunnerConfig, WorkerSpec
+from appliance.config.urls import parse_origin
 from appliance.core.canonical import canonical_digest
 from appliance.core.definition import definition_to_json
 from appliance.core.limits import limits_to_json
+from appliance.core.placement import labels_json
+
+
+def worker_to_json(worker: WorkerSpec) -> dict[str, Any]:
+    """One fleet entry as the contract seals it (defaults written as null, labels sorted)."""
+    return {
+        "worker_id": worker.worker_id,
+        "url": worker.url.url,
+        "labels": labels_json(worker.labels),
+        "bearer_env": worker.bearer_env,
+        "admission_bearer_env": worker.admission_bearer_env,
+    }
+
+
+def worker_from_json(value: dict[str, Any]) -> WorkerSpec:
+    return WorkerSpec(
+        worker_id=value["worker_id"],
+        url=parse_origin(value["url"]),
+        labels=tuple(sorted(value["labels"].items())),
+        bearer_env=value["bearer_env"],
+        admission_bearer_env=value["admission_bearer_env"],
+    )
 
 
 def remote_to_json(remote: RemoteConfig) -> dict[str, Any]:
-    return {
-        "url": remote.url.url,
+    """The sealed remote. The one-worker form (``url`` + ``worker_id``) digests exactly as it
+    did before the fleet; a fleet has ``workers`` instead of those two keys (issue 33)."""
+    out: dict[str, Any] = {
         "bearer_env": remote.bearer_env,
         "expires_at": format_utc(remote.expires_at),
         "session": remote.session,
         "timeout_seconds": remote.timeout_seconds,
         "heap_mb": remote.heap_mb,
         "namespace": remote.namespace,
-        "worker_id": remote.worker_id,
     }
+    if remote.workers:
+        out["workers"] = [worker_to_json(w) for w in remote.workers]
+    else:
+        out["url"] = remote.url.url if remote.url is not None else None
+        out["worker_id"] = remote.worker_id
+    return out
+
+
+def remote_from_json(value: dict[str, Any]) -> RemoteConfig:
+    """The inverse of :func:`remote_to_json` (a sealed or amended contract's remote)."""
+    workers = tuple(worker_from_json(w) for w in value.get("workers") or ())
+    url = value.get("url")
+    return RemoteConfig(
+        url=None if workers or url is None else parse_origin(url),
+        bearer_env=value["bearer_env"],
+        expires_at=parse_rfc3339(value["expires_at"]),
+        session=value["session"],
+        timeout_seconds=value["timeout_seconds"],
+        heap_mb=value["heap_mb"],
+        namespace=value["namespace"],
+        worker_id=None if workers else value.get("worker_id"),
+        workers=workers,
+    )
 
 
 def sealed_contract(cfg: RunnerConfig) -> dict[str, Any]:

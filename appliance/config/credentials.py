@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from appliance.config.runner import RunnerConfig
@@ -36,6 +36,8 @@ __all__ = [
 ]
 
 CREDENTIAL_BYTES_MAX: Final = 4096
+WORKER_ROLE_PREFIX: Final = "worker:"
+ADMISSION_ROLE_PREFIX: Final = "admission:"
 # Visible ASCII only: the value travels as "Authorization: Bearer <value>".
 _HEADER_SAFE: Final = re.compile(r"[\x21-\x7e]+")
 
@@ -49,6 +51,32 @@ class RunnerCredentials:
     recovery: Secret | None = None  # management.recovery_bearer_env
     admin: Secret | None = None  # management.admin_bearer_env: the contract amendments
     console: Secret | None = None  # console.bearer_env: the web console's dashboard token
+    # Issue 33: a fleet worker's own credentials (worker_id → value), for the workers that name
+    # a ``bearer_env`` (what the runner presents to it) or an ``admission_bearer_env`` (what it
+    # presents to the admission route). The others use ``worker`` and ``admission``.
+    workers: Mapping[str, Secret] = field(default_factory=dict)
+    admissions: Mapping[str, Secret] = field(default_factory=dict)
+
+    def worker_bearer(self, worker_id: str) -> Secret:
+        """What the runner presents to ``worker_id``."""
+        return self.workers.get(worker_id, self.worker)
+
+    def known_roles(self) -> dict[str, Secret | None]:
+        """Every credential this voter knows, by role (``worker:<id>`` and ``admission:<id>``
+        for a fleet worker's own), so a surface can tell a known credential of the wrong role
+        from a guess and refuse both alike."""
+        roles: dict[str, Secret | None] = {
+            "admission": self.admission,
+            "cluster": self.cluster,
+            "worker": self.worker,
+            "operator": self.operator,
+            "recovery": self.recovery,
+            "admin": self.admin,
+            "console": self.console,
+        }
+        roles.update({f"{WORKER_ROLE_PREFIX}{w}": s for w, s in sorted(self.workers.items())})
+        roles.update({f"{ADMISSION_ROLE_PREFIX}{w}": s for w, s in sorted(self.admissions.items())})
+        return roles
 
 
 @dataclass(frozen=True)
@@ -106,6 +134,20 @@ def resolve_runner_credentials(cfg: RunnerConfig, environ: Mapping[str, str]) ->
         ("cluster", "cluster_bearer_env", cfg.cluster_bearer_env),
         ("worker", "remote.bearer_env", cfg.remote.bearer_env),
     ]
+    for i, worker in enumerate(cfg.remote.workers):
+        here = f"remote.workers[{i}]"
+        if worker.bearer_env is not None:
+            roles.append(
+                (f"{WORKER_ROLE_PREFIX}{worker.worker_id}", f"{here}.bearer_env", worker.bearer_env)
+            )
+        if worker.admission_bearer_env is not None:
+            roles.append(
+                (
+                    f"{ADMISSION_ROLE_PREFIX}{worker.worker_id}",
+                    f"{here}.admission_bearer_env",
+                    worker.admission_bearer_env,
+                )
+            )
     if cfg.management is not None:
         roles.append(("operator", "management.bearer_env", cfg.management.bearer_env))
         if cfg.management.recovery_bearer_env is not None:
@@ -117,7 +159,36 @@ def resolve_runner_credentials(cfg: RunnerConfig, environ: Mapping[str, str]) ->
     if cfg.console is not None:  # extension (issue 34): it too must differ from every other
         roles.append(("console", "console.bearer_env", cfg.console.bearer_env))
     resolved = _resolve(roles, environ)
-    return RunnerCredentials(**resolved)
+    workers = {
+        role.removeprefix(WORKER_ROLE_PREFIX): resolved.pop(role)
+        for role in list(resolved)
+        if role.startswith(WORKER_ROLE_PREFIX)
+    }
+    admissions = {
+        role.removeprefix(ADMISSION_ROLE_PREFIX): resolved.pop(role)
+        for role in list(resolved)
+        if role.startswith(ADMISSION_ROLE_PREFIX)
+    }
+    return RunnerCredentials(**resolved, workers=workers, admissions=admissions)
+
+
+def credential_problem(
+    variable: str, environ: Mapping[str, str], known: Mapping[str, Secret | None]
+) -> str | None:
+    """Why ``variable`` cannot hold a new fleet worker's credential on this voter (issue 33: an
+    ``add_worker`` names variables every voter must have set), or None. ``known`` are the
+    credentials already in use, which it must differ from. Never shows the value."""
+    value = environ.get(variable)
+    if value is None:
+        return f"environment variable {variable} is not set on this voter"
+    if value == "" or len(value.encode("utf-8", "surrogateescape")) > CREDENTIAL_BYTES_MAX:
+        return f"environment variable {variable} is empty or longer than {CREDENTIAL_BYTES_MAX}"
+    if not _HEADER_SAFE.fullmatch(value):
+        return f"environment variable {variable} must hold visible ASCII only (no spaces)"
+    for role, secret in known.items():
+        if secret is not None and matches(value, secret):
+            return f"environment variable {variable} holds the {role} credential; use a new one"
+    return None
 
 
 def resolve_worker_credentials(cfg: WorkerConfig, environ: Mapping[str, str]) -> WorkerCredentials:

@@ -57,6 +57,7 @@ from appliance.config.urls import Origin, origin_rule
 from appliance.core.definition import Definition, definition_rule
 from appliance.core.errors import InvalidConfig
 from appliance.core.limits import LIMITS_RULE, SCHEDULES_MAX, Limits
+from appliance.core.placement import Labels, labels_rule
 from appliance.core.schema import (
     INVALID,
     CrossCheck,
@@ -79,6 +80,7 @@ PEERS_MAX: Final = 8  # at most 9 genesis voters: Raft gains nothing from more
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 SESSION_PATTERN: Final = re.compile(r"[\x21-\x7e]+")  # printable ASCII, no spaces: a log tag
 SESSION_BYTES_MAX: Final = 128
+WORKERS_MAX: Final = 64  # remote.workers: the fleet's size limit (issue 33)
 
 
 @dataclass(frozen=True)
@@ -91,17 +93,44 @@ class Peer:
 
 
 @dataclass(frozen=True)
-class RemoteConfig:
-    """The worker and its execution authority (sealed: identical on every voter)."""
+class WorkerSpec:
+    """One worker of the fleet (issue 33): its identity, origin, labels and credentials' names."""
 
+    worker_id: str
     url: Origin
+    labels: Labels = ()  # sorted (name, value) pairs (appliance/core/placement.py)
+    bearer_env: str | None = None  # None: remote.bearer_env
+    admission_bearer_env: str | None = None  # None: the runner's admission_bearer_env
+
+
+@dataclass(frozen=True)
+class RemoteConfig:
+    """The workers and their execution authority (sealed: identical on every voter).
+
+    Exactly one of ``url`` + ``worker_id`` (one worker, as before the fleet) or ``workers`` (a
+    fleet of 1-64) is given; :attr:`fleet` is the worker list either way."""
+
+    url: Origin | None
     bearer_env: str
     expires_at: datetime  # aware, UTC
     session: str
     timeout_seconds: int
     heap_mb: int
     namespace: str
-    worker_id: str
+    worker_id: str | None
+    workers: tuple[WorkerSpec, ...] = ()
+
+    @property
+    def fleet(self) -> tuple[WorkerSpec, ...]:
+        """Every worker, in configuration order (one for the ``url`` + ``worker_id`` form)."""
+        if self.workers:
+            return self.workers
+        if self.url is None or self.worker_id is None:
+            raise ValueError("remote: neither url + worker_id nor workers")
+        return (WorkerSpec(self.worker_id, self.url),)
+
+    def worker(self, worker_id: str) -> WorkerSpec | None:
+        return next((w for w in self.fleet if w.worker_id == worker_id), None)
 
 
 @dataclass(frozen=True)
@@ -256,10 +285,59 @@ def _check_join(values: Any, path: str, problems: Problems) -> None:
         problems.add(peers_path, "must list every genesis voter of the cluster this node joins")
 
 
+def _worker_rule() -> Obj:
+    return Obj(
+        fields={
+            "worker_id": Field(IDENT, doc="the identity claims bind; the worker's own worker_id"),
+            "url": Field(Custom(origin_rule), doc="this worker's origin (same rules as url)"),
+            "labels": Field(
+                Custom(labels_rule), required=False, default=(), doc="placement labels"
+            ),
+            "bearer_env": Field(
+                ENV_NAME, required=False, default=None, doc="default: remote.bearer_env"
+            ),
+            "admission_bearer_env": Field(
+                ENV_NAME,
+                required=False,
+                default=None,
+                doc="default: the runner's admission_bearer_env",
+            ),
+        },
+        build=WorkerSpec,
+    )
+
+
+def _check_remote_form(values: Any, path: str, problems: Problems) -> None:
+    """Exactly one of ``url`` + ``worker_id`` or ``workers``; the fleet's URLs are distinct."""
+    single = values["url"] is not None or values["worker_id"] is not None
+    if values["workers"]:
+        if single:
+            given = "url" if values["url"] is not None else "worker_id"
+            problems.add(
+                join(path, given),
+                "give either url and worker_id (one worker) or workers (a fleet), not both",
+            )
+        seen: dict[Origin, int] = {}
+        for i, worker in enumerate(values["workers"]):
+            if worker.url in seen:
+                problems.add(
+                    join(index(join(path, "workers"), i), "url"),
+                    f"repeats the url {worker.url} of item {seen[worker.url]}",
+                )
+            seen.setdefault(worker.url, i)
+        return
+    for name in ("url", "worker_id"):
+        if values[name] is None:
+            # Worded as for any required field (url and worker_id, or workers: docs).
+            problems.add(join(path, name), "is required")
+
+
 def _remote_rule() -> Obj:
     return Obj(
         fields={
-            "url": Field(Custom(origin_rule), doc="worker origin"),
+            "url": Field(
+                Custom(origin_rule), required=False, default=None, doc="worker origin (one worker)"
+            ),
             "bearer_env": Field(ENV_NAME, doc="names the variable holding the worker credential"),
             "expires_at": Field(Custom(rfc3339_rule), doc="grant expiry, RFC 3339 with offset"),
             "session": Field(
@@ -268,9 +346,22 @@ def _remote_rule() -> Obj:
             "timeout_seconds": Field(Integer(1, TIMEOUT_SECONDS_MAX)),
             "heap_mb": Field(Integer(HEAP_MB_MIN, HEAP_MB_MAX)),
             "namespace": Field(IDENT),
-            "worker_id": Field(IDENT),
+            "worker_id": Field(IDENT, required=False, default=None, doc="with url: one worker"),
+            "workers": Field(
+                ListOf(
+                    _worker_rule(),
+                    min_items=1,
+                    max_items=WORKERS_MAX,
+                    unique=lambda w: w.worker_id,
+                    unique_says="a repeat of the worker_id of",
+                ),
+                required=False,
+                default=(),
+                doc=f"a fleet of 1 to {WORKERS_MAX} workers (instead of url and worker_id)",
+            ),
         },
         build=RemoteConfig,
+        checks=(CrossCheck(("url", "worker_id", "workers"), _check_remote_form),),
     )
 
 

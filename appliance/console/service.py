@@ -34,6 +34,7 @@ from appliance.http.auth import CredentialTable
 from appliance.http.tls import plain_listener_context
 from appliance.management.gateway import BoundedCommandQueue, ThreadedConsumer
 from appliance.management.wiring import runner_handler, voter_observability
+from appliance.metrics.voter import observe_execution
 
 ACTION_QUEUE_SLOTS: Final = 16
 HTTP_THREADS: Final = 8
@@ -57,7 +58,7 @@ class LiveRunnerView:
         return float(self._runner.clock.now_s())
 
     def observe(self, execution_id: str) -> tuple[str | None, Any]:
-        observed = self._runner.worker.observe(execution_id)
+        observed = observe_execution(self._runner, execution_id)  # a fleet: its worker
         return observed.status, (observed.document if observed.status else observed.detail)
 
     def health(self) -> dict[str, Any]:

@@ -68,6 +68,8 @@ HISTORY_MAX: Final = 8
 # The remote fields an amendment may set, as the sealed contract names them.
 GRANT_FIELDS: Final = ("expires_at", "timeout_seconds", "heap_mb", "session")
 REMOTE_FIELDS: Final = ("url", "worker_id")
+# Every key an amendment may set in the sealed remote (issue 33 adds the fleet's ``workers``).
+REMOTE_CONTRACT_KEYS: Final = (*GRANT_FIELDS, *REMOTE_FIELDS, "workers")
 URL_BYTES_MAX: Final = 2048
 # How far ahead a renewal may set the grant: five years (of 365.25 days, in whole days). A grant
 # is a bound on how long the cluster may launch work without an operator looking again; a typo
@@ -150,7 +152,20 @@ def needs_amended_reader(state: SchedulerState) -> bool:
     return CONTRACT_PART in state.extra
 
 
-def _record(txn: Txn, base: int, kind: str, at_s: int, changes: dict[str, Any]) -> Amended:
+def _record(
+    txn: Txn,
+    base: int,
+    kind: str,
+    at_s: int,
+    changes: dict[str, Any],
+    *,
+    in_force: dict[str, Any] | None = None,
+    fleet: dict[str, Any] | None = None,
+) -> Amended:
+    """Commit one amendment: the next index, the remote keys it sets (``in_force``: the keys of
+    ``changes`` that are remote fields, unless given), its history entry (``changes``). The
+    fleet's operational state (``fleet``: draining and removed worker ids, appliance/core/
+    fleet.py) is carried along unchanged unless given."""
     _check_instant("at_s", at_s)
     part = amendment_part(txn.extra) or {"amendment": 0, "in_force": {}, "history": []}
     current = int(part["amendment"])
@@ -162,13 +177,20 @@ def _record(txn: Txn, base: int, kind: str, at_s: int, changes: dict[str, Any]) 
     if current >= INT_MAX:
         raise InvalidCommand("amendment: the amendment index space is exhausted")
     index = current + 1
-    remote_changes = {k: v for k, v in changes.items() if k != "limits"}
+    remote_changes = (
+        {k: v for k, v in changes.items() if k in REMOTE_CONTRACT_KEYS}
+        if in_force is None
+        else in_force
+    )
     entry = {"amendment": index, "kind": kind, "at": instant_text(at_s), "changes": changes}
     value = {
         "amendment": index,
         "in_force": {**part["in_force"], **remote_changes},
         "history": [*part["history"], entry][-HISTORY_MAX:],
     }
+    fleet_state = part.get("fleet") if fleet is None else fleet
+    if fleet_state is not None:
+        value["fleet"] = fleet_state
     txn.put_extra(CONTRACT_PART, value)
     return Amended(index, kind, changes)
 
@@ -236,6 +258,14 @@ def _amend_remote(txn: Txn, cmd: AmendRemote) -> Amended:
         changes["worker_id"] = cmd.worker_id
     if not changes:
         raise InvalidCommand("amend_remote: give url, worker_id or both")
+    part = amendment_part(txn.extra) or {"in_force": {}}
+    if part["in_force"].get("workers") is not None:
+        raise AmendmentRefused(
+            "remote: the remote in force is a fleet (workers); change it with add_worker, "
+            "drain_worker or remove_worker"
+        )
+    if cmd.worker_id in (part.get("fleet") or {}).get("removed", ()):
+        raise AmendmentRefused(f"worker_id: {cmd.worker_id} was removed and is never reused")
     live = txn.state.counts().running
     if live:
         raise AmendmentRefused(
@@ -283,15 +313,37 @@ def check_claim_contract(get: Any, binding: Binding) -> None:
         if field in GRANT_FIELDS:
             carried = getattr(binding.authority, field)
             name = f"authority.{field}"
-        elif field == "worker_id":
+        elif field == "worker_id" and value is not None:
             carried, name = binding.worker_id, "worker_id"
         else:
-            continue  # the url is where the owner sends, not part of the binding
+            # The url is where the owner sends, not part of the binding; a fleet's workers
+            # (and a worker_id a fleet amendment cleared) are checked by check_claim_worker.
+            continue
         if carried != value:
             raise BindingMismatch(
                 f"binding.{name}: {carried!r} differs from the committed contract "
                 f"(amendment {part['amendment']}: {value!r})"
             )
+    check_claim_worker(part, binding.worker_id)
+
+
+def check_claim_worker(part: dict[str, Any], worker_id: str) -> None:
+    """A claim binds a worker of the fleet in force that takes new placements (issue 33): never a
+    removed or draining one, and once a fleet amendment wrote the worker list, one of it (before
+    that, the genesis workers are the owner's to know, as the genesis url is)."""
+    fleet = part.get("fleet") or {}
+    if worker_id in fleet.get("removed", ()):
+        raise BindingMismatch(f"binding.worker_id: worker {worker_id!r} was removed from the fleet")
+    if worker_id in fleet.get("draining", ()):
+        raise BindingMismatch(
+            f"binding.worker_id: worker {worker_id!r} is draining (no new placements)"
+        )
+    workers = part["in_force"].get("workers")
+    if workers is not None and worker_id not in {w["worker_id"] for w in workers}:
+        raise BindingMismatch(
+            f"binding.worker_id: {worker_id!r} is not a worker of the fleet in force "
+            f"(amendment {part['amendment']})"
+        )
 
 
 # ---- wire codecs -------------------------------------------------------------------------------

@@ -28,6 +28,12 @@ from typing import Any, Final
 
 from appliance.core.errors import InvalidDefinition, InvalidSchedule
 from appliance.core.limits import Limits
+from appliance.core.placement import (
+    NO_PLACEMENT,
+    PlacementRules,
+    labels_rule,
+    placement_to_json,
+)
 from appliance.core.schema import (
     INVALID,
     Choice,
@@ -101,6 +107,9 @@ class Definition:
     timezone: str
     policy: Policy
     name: str | None = None
+    # Which workers of the fleet may run it (appliance/core/placement.py). Omitted from the JSON
+    # when empty, so the definitions (and digests) of before the fleet are unchanged.
+    placement: PlacementRules = NO_PLACEMENT
 
 
 # What an omitted ``policy`` (or an omitted member of it) means: the seeds/001 example's policy.
@@ -198,9 +207,30 @@ def _add_schedule_problem(
 
 
 def _build_definition(
-    name: str | None, code: str, cron: str, timezone: str, policy: Policy
+    name: str | None,
+    code: str,
+    cron: str,
+    timezone: str,
+    policy: Policy,
+    placement: PlacementRules = NO_PLACEMENT,
 ) -> Definition:
-    return Definition(code=code, cron=cron, timezone=timezone, policy=policy, name=name)
+    return Definition(
+        code=code, cron=cron, timezone=timezone, policy=policy, name=name, placement=placement
+    )
+
+
+# A definition's ``placement`` (issue 33): hard ``labels`` and soft ``prefer`` label rules.
+PLACEMENT_RULE: Final = Obj(
+    fields={
+        "labels": Field(
+            Custom(labels_rule), required=False, default=(), doc="every pair must match"
+        ),
+        "prefer": Field(
+            Custom(labels_rule), required=False, default=(), doc="each matching pair counts"
+        ),
+    },
+    build=PlacementRules,
+)
 
 
 @lru_cache(maxsize=64)
@@ -236,6 +266,7 @@ def definition_rule(limits: Limits) -> Obj:
             "cron": Field(Text(CRON_BYTES_MAX)),
             "timezone": Field(Text(TIMEZONE_BYTES_MAX)),
             "policy": Field(policy, required=False, default=DEFAULT_POLICY),
+            "placement": Field(PLACEMENT_RULE, required=False, default=NO_PLACEMENT),
         },
         build=_build_definition,
         checks=(CrossCheck(("cron", "timezone"), _check_schedule),),
@@ -278,4 +309,6 @@ def definition_to_json(d: Definition) -> dict[str, Any]:
     )
     if d.policy.jitter_seconds:
         out["policy"]["jitter_seconds"] = d.policy.jitter_seconds
+    if d.placement:
+        out["placement"] = placement_to_json(d.placement)
     return out

@@ -36,12 +36,18 @@ from appliance.core.state_model import SchedulerState
 from appliance.core.state_parts import PAUSED_PART
 
 JITTER_KIND = "policy.jitter_seconds"
+# Issue 33: a definition's ``placement`` (appliance/core/placement.py). A binary before the fleet
+# would refuse the field (or, from a checkpoint, drop it), so a command carrying one is gated on
+# this kind, whatever its own kind is.
+PLACEMENT_KIND = "definition.placement"
 # Kinds a binary reports beyond its command types: features carried by baseline commands.
-FEATURE_KINDS = frozenset({JITTER_KIND})
+FEATURE_KINDS = frozenset({JITTER_KIND, PLACEMENT_KIND})
 
 
 def command_kind(command: Any) -> str:
     """The kind the version gate checks before ``command`` is proposed."""
+    if _carries_placement(command):
+        return PLACEMENT_KIND
     if isinstance(command, CreateSchedule) and command.definition.policy.jitter_seconds:
         return JITTER_KIND
     if isinstance(command, SeedInitialSchedules) and any(
@@ -49,6 +55,15 @@ def command_kind(command: Any) -> str:
     ):
         return JITTER_KIND
     return type(command).__name__
+
+
+def _carries_placement(command: Any) -> bool:
+    if isinstance(command, SeedInitialSchedules):
+        return any(d.placement for d in command.definitions)
+    if "placement" in getattr(command, "fields", ()):  # an update that changes (or clears) it
+        return True
+    definition = getattr(command, "definition", None)  # CreateSchedule, UpdateSchedule
+    return bool(getattr(definition, "placement", None))
 
 
 def needs_commands_reader(state: SchedulerState) -> bool:

@@ -65,7 +65,7 @@ from appliance.core.state_parts import (
 from appliance.core.txn import Txn, _check_instant, register
 from appliance.protocol.v1 import payload_sha256
 
-UPDATE_FIELDS = ("code", "cron", "name", "policy", "timezone")
+UPDATE_FIELDS = ("code", "cron", "name", "placement", "policy", "timezone")
 CHANGES_MAX = 8  # the newest changes kept in a schedule's history
 RUN_REQUESTS_MAX = 64  # request ids remembered for a repeated run_now
 REQUEST_ID_BYTES_MAX = 64

@@ -106,8 +106,19 @@ from appliance.core.features import (
     command_kind,
     needs_commands_reader,
 )
+from appliance.core.fleet import (
+    AddWorker,
+    DrainWorker,
+    RemoveWorker,
+    UndrainWorker,
+    bound_live_attempts,
+    fleet_state,
+    needs_fleet_reader,
+    workers_in_force,
+)
 from appliance.core.live_code import code_for, record_code
 from appliance.core.observe_claim import ObserveAndClaim, ObservedAndClaimed
+from appliance.core.observe_place import ObserveAndPlace
 from appliance.core.ownership import (
     AcquireOwnership,
     SeedInitialSchedules,
@@ -220,6 +231,7 @@ __all__ = [
     "_PART_KINDS",
     "AcknowledgeStopped",
     "AcquireOwnership",
+    "AddWorker",
     "AdmissionRecord",
     "AdmissionRefused",
     "Admit",
@@ -248,6 +260,7 @@ __all__ = [
     "CreateSchedule",
     "DeleteSchedule",
     "DisableSchedule",
+    "DrainWorker",
     "DropEvent",
     "DropReason",
     "EnableSchedule",
@@ -268,6 +281,7 @@ __all__ = [
     "NoteCapacityWait",
     "Observe",
     "ObserveAndClaim",
+    "ObserveAndPlace",
     "ObserveReport",
     "ObservedAndClaimed",
     "ObservedSchedule",
@@ -279,6 +293,7 @@ __all__ = [
     "PermitExists",
     "Progress",
     "RecordOutcome",
+    "RemoveWorker",
     "RenewGrant",
     "Resume",
     "RetryDue",
@@ -296,6 +311,7 @@ __all__ = [
     "StaleTerm",
     "Takeover",
     "Txn",
+    "UndrainWorker",
     "UnknownNote",
     "UnknownOccurrence",
     "UnknownSchedule",
@@ -308,6 +324,7 @@ __all__ = [
     "binding_for",
     "binding_from_json",
     "binding_to_json",
+    "bound_live_attempts",
     "charging_rules",
     "code_for",
     "command_from_json",
@@ -317,6 +334,7 @@ __all__ = [
     "current_ownership",
     "definition_from_checkpoint",
     "encode_progress",
+    "fleet_state",
     "from_json",
     "invocation_from_json",
     "invocation_to_json",
@@ -327,6 +345,7 @@ __all__ = [
     "needs_cancelling_reader",
     "needs_charging_reader",
     "needs_commands_reader",
+    "needs_fleet_reader",
     "on_retire",
     "paused_since",
     "permit_to_json",
@@ -339,4 +358,5 @@ __all__ = [
     "render_list",
     "to_json",
     "with_unique_name",
+    "workers_in_force",
 ]

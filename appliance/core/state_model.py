@@ -102,6 +102,9 @@ class SchedulerState:
         # Derived (never serialized): schedules whose part an older binary cannot read (jitter,
         # kept code, a change history); kept by ``note_schedule`` on every schedule write.
         self.extended_schedules: set[int] = set()
+        # Derived (never serialized): schedules whose definition carries ``placement`` (issue 33:
+        # a binary before the fleet would read the definition without it).
+        self.placed_schedules: set[int] = set()
         self.next_schedule_id = 1
         self.next_occurrence_id = 1
         # Derived (never serialized): every occurrence id below it has left the checkpoint.
@@ -123,6 +126,10 @@ class SchedulerState:
             self.extended_schedules.add(schedule_id)
         else:
             self.extended_schedules.discard(schedule_id)
+        if schedule is not None and schedule.definition.placement:
+            self.placed_schedules.add(schedule_id)
+        else:
+            self.placed_schedules.discard(schedule_id)
 
     # -- parts and sizes --
 

@@ -33,6 +33,7 @@ from appliance.core.occurrence import (
     timeline_entry_bytes,
     worst_timeline_entry,
 )
+from appliance.core.placement import placement_from_json
 
 SCHEMA_VERSION = 2
 HEADROOM_BYTES = 64 * 1024
@@ -172,6 +173,7 @@ def definition_from_checkpoint(value: dict) -> Definition:
             jitter_seconds=policy.get("jitter_seconds", 0),
         ),
         name=value.get("name"),
+        placement=placement_from_json(value.get("placement")),
     )
 
 

@@ -126,6 +126,25 @@ class BearerAuth:
             log.info("%s: roles %s have no configured credential", surface, sorted(missing))
         self._surface = surface
 
+    def replace_credentials(
+        self,
+        credentials: CredentialTable | Mapping[str, Secret | str | None],
+        accepted_roles: Iterable[str],
+    ) -> None:
+        """Swap the known credentials and the accepted roles at once (a fleet worker added with
+        its own admission credential, issue 33). A request during the swap is checked against
+        the old or the new set: at worst refused (401) once, never let through wrongly, since
+        the new set only adds roles."""
+        table = (
+            credentials
+            if isinstance(credentials, CredentialTable)
+            else CredentialTable(credentials)
+        )
+        accepted = frozenset(accepted_roles)
+        if not accepted:
+            raise ValueError("a surface must accept at least one role")
+        self._table, self._accepted = table, accepted
+
     def role_for(self, authorization: str | None, method: str, path: str) -> str | None:
         """The accepted role ``authorization`` proves, or None (the refusal is logged).
 

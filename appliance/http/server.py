@@ -105,6 +105,11 @@ def _bind(host: str, port: int) -> socket.socket:
 class HttpServer:
     """A started-on-demand waitress server for one WSGI app (see module doc)."""
 
+    @property
+    def app(self) -> Any:
+        """The WSGI app served (its ``bearer_gate`` may be given new credentials)."""
+        return self._app
+
     def __init__(
         self,
         app: Any,

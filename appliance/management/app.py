@@ -102,14 +102,7 @@ def credential_table(
 ) -> dict[str, Secret | str | None]:
     """role → credential, including the roles that must be refused (worker, admission, cluster)."""
     if isinstance(credentials, RunnerCredentials):
-        table: dict[str, Secret | str | None] = {
-            "operator": credentials.operator,
-            "recovery": credentials.recovery,
-            "admin": credentials.admin,
-            "worker": credentials.worker,
-            "admission": credentials.admission,
-            "cluster": credentials.cluster,
-        }
+        table: dict[str, Secret | str | None] = dict(credentials.known_roles())
     else:
         table = dict(credentials)
     if table.get("operator") is None:

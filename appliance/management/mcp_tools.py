@@ -32,8 +32,16 @@ from appliance.core.definition import (
 )
 from appliance.core.limits import GRACE_SECONDS_MAX, RECORDS_MAX, SCHEDULES_MAX, Limits
 from appliance.core.occurrence import INT_MAX
+from appliance.core.placement import LABELS_MAX
 from appliance.management.commands import allowed_actions
 
+# A label set (appliance/core/placement.py): names and values are short identifiers.
+_LABELS: Final = {
+    "type": "object",
+    "maxProperties": LABELS_MAX,
+    "propertyNames": {"pattern": "^[A-Za-z0-9][A-Za-z0-9_./-]{0,62}$"},
+    "additionalProperties": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$"},
+}
 _ID: Final = {"type": "integer", "minimum": 1}
 # The contract amendments' fields (issue 20; the owner checks the values again).
 _AMENDMENT_FIELDS: Final[Mapping[str, dict[str, Any]]] = {
@@ -50,6 +58,18 @@ _AMENDMENT_FIELDS: Final[Mapping[str, dict[str, Any]]] = {
     "session": {"type": "string", "description": "printable ASCII without spaces, 1-128 bytes"},
     "url": {"type": "string", "description": "the worker origin, http(s)://host[:port]"},
     "worker_id": {"type": "string", "description": "the worker identity claims are bound to"},
+    # The fleet's commands (issue 33); the owner checks the values against the fleet in force.
+    "labels": dict(_LABELS, description="the worker's labels, matched by placement rules"),
+    "bearer_env": {
+        "type": "string",
+        "description": "optional: the variable (set on every voter) holding the credential the "
+        "runner presents to this worker; default remote.bearer_env",
+    },
+    "admission_bearer_env": {
+        "type": "string",
+        "description": "optional: the variable (set on every voter) holding this worker's own "
+        "admission credential; default the runner's admission_bearer_env",
+    },
     "schedules": {"type": "integer", "minimum": 1, "maximum": SCHEDULES_MAX},
     "records": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
     "outstanding": {"type": "integer", "minimum": 1, "maximum": RECORDS_MAX},
@@ -129,6 +149,13 @@ def definition_schema(limits: Limits) -> dict[str, Any]:
                 "description": f"explicit IANA timezone, at most {TIMEZONE_BYTES_MAX} bytes",
             },
             "policy": policy,
+            "placement": _object(
+                {"labels": _LABELS, "prefer": _LABELS},
+            )
+            | {
+                "description": "optional (issue 33): labels every worker that runs it must have, "
+                "and labels to prefer"
+            },
         },
         ("code", "cron", "timezone"),
     )
@@ -191,7 +218,7 @@ def _field_schema(field: str, spec: CommandSpec, limits: Limits) -> dict[str, An
         return dict(_AMENDMENT_FIELDS[field])
     if field in _EXTENSION_FIELDS:
         return dict(_EXTENSION_FIELDS[field])
-    if field in ("code", "cron", "timezone", "policy"):  # update: one field of a definition
+    if field in ("code", "cron", "timezone", "policy", "placement"):  # update: one of them
         return definition_schema(limits)["properties"][field]
     raise ValueError(f"{spec.action}.{field}: no JSON Schema for this field")
 

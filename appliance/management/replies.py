@@ -69,6 +69,14 @@ MEANING: Final[Mapping[str, str]] = {
     "claimed keep the authority they were bound with",
     "amend_remote": "the remote change was committed; the owner sends the next dispatch there",
     "amend_limits": "the limits change was committed; it applies to the next command",
+    # The fleet (issue 33): committed amendments of the worker set.
+    "add_worker": "the worker joined the fleet (committed): the owner places new attempts on it "
+    "once it answers",
+    "drain_worker": "the worker is draining (committed): no new placements; its live attempts "
+    "finish there",
+    "undrain_worker": "the worker takes new placements again (committed)",
+    "remove_worker": "the worker left the fleet (committed); its worker_id is never reused: stop "
+    "its process once you no longer need its store",
     # Raft membership (issue 20): committed CONFIG entries, answered with the configuration.
     "add_voter": "the node joined the Raft configuration as a learner (committed): it receives "
     "the log and does not vote until promote_voter",

@@ -17,6 +17,7 @@ latency, admissions, proposal commit latency) need the runner built with the wra
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -32,8 +33,9 @@ from appliance.management.app import ManagementOptions
 from appliance.management.gateway import BoundedCommandQueue, Handler, ThreadedConsumer
 from appliance.management.listener import ManagementListener
 from appliance.metrics.runner import RunnerMetrics
-from appliance.metrics.voter import VoterObservability, WorkerProbe
+from appliance.metrics.voter import FleetProbe, VoterObservability
 from appliance.metrics.voters import VoterProbe
+from appliance.owner.contract_state import remote_in_force
 
 
 class OperatorRunner(Protocol):
@@ -92,6 +94,16 @@ def with_leader_host(
     return {**reply, **added}
 
 
+def _bearer_of(credentials: RunnerCredentials, worker_id: str, remote: Any) -> Any:
+    """What ``worker_id`` expects from this voter: its own credential, else the remote's."""
+    spec = remote.worker(worker_id)
+    if spec is not None and spec.bearer_env is not None:
+        value = credentials.workers.get(worker_id) or os.environ.get(spec.bearer_env)
+        if value:
+            return value
+    return credentials.worker
+
+
 def voter_observability(
     cfg: RunnerConfig,
     credentials: RunnerCredentials,
@@ -108,8 +120,11 @@ def voter_observability(
         store=store,
         # Even without genesis peers: it follows the configuration in force (add_voter).
         probe=VoterProbe(peers, credentials.cluster, ssl_context=cluster_client_context(cfg.tls)),
-        worker_probe=WorkerProbe(
-            cfg.remote.url.url, credentials.worker, ssl_context=origin_client_context(cfg.tls)
+        # Every worker of the fleet in force, each with the credential it expects (issue 33).
+        worker_probe=FleetProbe(
+            lambda: runner.machine.read(lambda st: remote_in_force(cfg.remote, st)),
+            lambda worker_id, remote: _bearer_of(credentials, worker_id, remote),
+            ssl_context=origin_client_context(cfg.tls),
         ),
     )
 

@@ -154,4 +154,6 @@ def occurrence_extras(
             entry["report_unavailable"] = f"the worker did not return it: {str(document)[:200]}"
         else:
             entry["report"] = attempt_report(document)
+            if isinstance(document.get("worker_id"), str):
+                entry["worker_id"] = document["worker_id"]  # where it ran (a fleet, issue 33)
     return {"note": note, "attempts": attempts}

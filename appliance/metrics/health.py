@@ -56,14 +56,18 @@ class WorkerView:
     reachable: bool
     authorized: bool
     detail: str = ""
+    worker_id: str | None = None  # set for a fleet's worker (issue 33)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "url": self.url,
             "reachable": self.reachable,
             "authorized": self.authorized,
             "detail": self.detail,
         }
+        if self.worker_id is not None:
+            out["worker_id"] = self.worker_id
+        return out
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,8 @@ class HealthInputs:
     grant_seconds_left: float
     worker: WorkerView | None
     voters_total: int
+    # Every worker of the fleet in force, probed (issue 33); ``worker`` is the first of them.
+    workers: list[WorkerView] = field(default_factory=list)
     # Inputs other areas' warning rules need (e.g. growth, reconfiguration), by name.
     extra: dict[str, Any] = field(default_factory=dict)
     compaction_behind: str | None = None  # issue 19: the log grows faster than it is compacted
@@ -230,14 +236,21 @@ def _compaction(h: HealthInputs) -> Iterator[HealthWarning]:
 
 @warning_rule
 def _worker(h: HealthInputs) -> Iterator[HealthWarning]:
-    if h.worker is not None and not h.worker.reachable:
-        yield HealthWarning(
-            "worker_unreachable", "critical", f"the worker at {h.worker.url} does not answer"
+    workers = h.workers or ([] if h.worker is None else [h.worker])
+    # One unreachable worker of several is a warning (placement goes elsewhere); the only one,
+    # or every one, is critical: nothing can run.
+    every = all(not w.reachable for w in workers)
+    for worker in workers:
+        name = (
+            f"worker {worker.worker_id} at {worker.url}"
+            if worker.worker_id
+            else (f"the worker at {worker.url}")
         )
-    elif h.worker is not None and not h.worker.authorized:
-        yield HealthWarning(
-            "worker_refuses_bearer", "critical", f"the worker at {h.worker.url} refuses the bearer"
-        )
+        if not worker.reachable:
+            severity: Severity = "critical" if every else "warning"
+            yield HealthWarning("worker_unreachable", severity, f"{name} does not answer")
+        elif not worker.authorized:
+            yield HealthWarning("worker_refuses_bearer", "critical", f"{name} refuses the bearer")
 
 
 def health_document(h: HealthInputs) -> dict[str, Any]:
@@ -277,6 +290,7 @@ def health_document(h: HealthInputs) -> dict[str, Any]:
         "unknown_occurrences": h.unknown_ids[:UNKNOWN_IDS_SHOWN_MAX],
         "paused": None if h.paused_at is None else {"since": h.paused_at},
         "worker": None if h.worker is None else h.worker.to_json(),
+        "workers": [w.to_json() for w in h.workers],
         "warnings": warnings_for(h),
     }
 

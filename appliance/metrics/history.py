@@ -130,4 +130,8 @@ def occurrence_view(st: core.SchedulerState, occurrence_id: int) -> dict[str, An
     detail = occurrence_detail(record)
     detail["schedule_name"] = None if schedule is None else schedule.definition.name
     detail["schedule_deleted"] = schedule is None
+    # The worker its latest claim binds (issue 33: a fleet places each attempt).
+    admission = core.admission_record(st, occurrence_id)
+    claim = None if admission is None else admission.claim
+    detail["worker_id"] = None if claim is None else claim.worker_id
     return detail

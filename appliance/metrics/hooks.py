@@ -50,6 +50,14 @@ def observe_decision(metrics: RunnerMetrics, event: str, fields: dict[str, Any])
         waiting = fields.get("waiting")
         if isinstance(waiting, int):
             metrics.record_capacity_wait(waiting, began=event == "capacity_wait")
+    elif event == "claim" and isinstance(fields.get("worker"), str):
+        metrics.record_worker_claim(fields["worker"])
+    elif event in ("worker_unreachable", "worker_reachable") and isinstance(
+        fields.get("worker"), str
+    ):
+        metrics.record_worker_reachable(fields["worker"], event == "worker_reachable")
+    elif event == "unreachable_fenced" and isinstance(fields.get("worker"), str):
+        metrics.record_worker_failover(fields["worker"])
     elif event == "admission":
         status = fields.get("status")
         if isinstance(status, int):

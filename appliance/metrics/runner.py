@@ -150,8 +150,28 @@ class RunnerMetrics:
             "Claimed attempts waiting, unsent, for the worker's capacity now (this owner)",
             registry=self.registry,
         )
+        # The fleet (issue 33), labelled by ``worker`` (at most 64 workers in force).
+        self.worker_claims = Counter(
+            "appliance_worker_claims",
+            "Attempts this voter claimed on each worker of the fleet (placement's choices)",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.worker_reachable = Gauge(
+            "appliance_worker_reachable",
+            "1 while the worker answers this owner, 0 once it is unreachable (past the threshold)",
+            ["worker"],
+            registry=self.registry,
+        )
+        self.worker_failovers = Counter(
+            "appliance_worker_failover_fences",
+            "Attempts of an unreachable worker fenced without a permit and placed again",
+            ["worker"],
+            registry=self.registry,
+        )
         self._lock = threading.Lock()
         self._selected: dict[int, int] = {}  # schedule id -> slots selected (pruned at scrape)
+        self._workers_seen: set[str] = set()
 
     # -- event recorders (the runner calls these; see hooks.py for the derived form) --
 
@@ -176,6 +196,22 @@ class RunnerMetrics:
         if began:
             self.capacity_waits.inc()
         self.waiting_for_capacity.set(max(0, waiting))
+
+    def record_worker_claim(self, worker: str) -> None:
+        self.worker_claims.labels(worker).inc()
+        with self._lock:
+            first = worker not in self._workers_seen
+            self._workers_seen.add(worker)
+        if first:  # a worker placement chose answers, as far as this owner knows
+            self.worker_reachable.labels(worker).set(1)
+
+    def record_worker_reachable(self, worker: str, reachable: bool) -> None:
+        with self._lock:
+            self._workers_seen.add(worker)
+        self.worker_reachable.labels(worker).set(1 if reachable else 0)
+
+    def record_worker_failover(self, worker: str) -> None:
+        self.worker_failovers.labels(worker).inc()
 
     def record_proposal(self, seconds: float, outcome: str) -> None:
         self.proposals.labels(outcome).inc()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, TypeVar
 
 from appliance.config.addresses import parse_host_port
@@ -39,7 +39,8 @@ from appliance.metrics.voters import VoterProbe
 from appliance.owner.binding import execution_id
 from appliance.owner.binding import execution_id as execution_id_of
 from appliance.owner.contract_state import remote_in_force
-from appliance.protocol.v1 import EXECUTIONS_PREFIX
+from appliance.owner.worker_answers import ObserveResult
+from appliance.protocol.v1 import EXECUTIONS_PREFIX, invocation_of
 from appliance.secret import Secret
 
 T = TypeVar("T")
@@ -204,6 +205,52 @@ class WorkerProbe:
         return WorkerView(self.url, True, authorized, detail=f"HTTP {response.status}")
 
 
+class FleetProbe:
+    """Every worker of the fleet in force, probed as :class:`WorkerProbe` probes one (issue 33):
+    ``remote`` gives the fleet in force, ``bearer(worker_id, remote)`` the credential that
+    worker expects. One probe per worker, built on first use, dropped when it leaves."""
+
+    def __init__(
+        self,
+        remote: Callable[[], Any],
+        bearer: Callable[[str, Any], Secret | str],
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._remote = remote
+        self._bearer = bearer
+        self._ssl_context = ssl_context
+        self._probes: dict[str, WorkerProbe] = {}
+
+    def views(self) -> list[WorkerView]:
+        remote = self._remote()
+        out = []
+        for spec in remote.fleet:
+            probe = self._probes.get(spec.worker_id)
+            if probe is None or probe.url != spec.url.url:
+                if probe is not None:
+                    probe.close()
+                probe = WorkerProbe(
+                    spec.url.url,
+                    self._bearer(spec.worker_id, remote),
+                    ssl_context=self._ssl_context,
+                )
+                self._probes[spec.worker_id] = probe
+            view = probe.view()
+            out.append(replace(view, worker_id=spec.worker_id))
+        for gone in [w for w in self._probes if remote.worker(w) is None]:
+            self._probes.pop(gone).close()
+        return out
+
+    def view(self) -> WorkerView:
+        return self.views()[0]
+
+    def close(self) -> None:
+        for probe in self._probes.values():
+            probe.close()
+        self._probes.clear()
+
+
 class VoterObservability:
     """Metrics, health, history and output of one voter, for the management listener."""
 
@@ -214,7 +261,7 @@ class VoterObservability:
         metrics: RunnerMetrics | None = None,
         store: Any = None,
         probe: VoterProbe | None = None,
-        worker_probe: WorkerProbe | None = None,
+        worker_probe: WorkerProbe | FleetProbe | None = None,
     ) -> None:
         self.runner = runner
         self.metrics = metrics or RunnerMetrics()
@@ -249,6 +296,11 @@ class VoterObservability:
         )
         peers = reader.voters()
         cfg = self.runner.cfg
+        probe = self._worker_probe
+        if isinstance(probe, FleetProbe):
+            workers = probe.views()
+        else:
+            workers = [] if probe is None else [probe.view()]
         inputs = HealthInputs(
             node_id=cfg.node_id,
             raft=raft,
@@ -258,7 +310,8 @@ class VoterObservability:
             acquired_epoch=reader.acquired_epoch(),
             grant_expires_at=format_utc(reader.remote_in_force().expires_at),
             grant_seconds_left=reader.grant_seconds_left(),
-            worker=None if self._worker_probe is None else self._worker_probe.view(),
+            worker=workers[0] if workers else None,
+            workers=workers,
             # The configuration in force (a membership change moves it away from the genesis).
             voters_total=voters_in_force(raft)
             or (1 + len(peers) if self._probe is not None else len(cfg.voters)),
@@ -279,7 +332,10 @@ class VoterObservability:
             )
         max_retries = self.reader.read(lambda st: _max_retries(st, view["schedule_id"]))
         # Per attempt: what ran (value, error, output, timings), fetched from the worker.
-        view.update(occurrence_extras(view, max_retries, lambda eid: _observe(self.runner, eid)))
+        worker = view.get("worker_id")
+        view.update(
+            occurrence_extras(view, max_retries, lambda eid: _observe(self.runner, eid, worker))
+        )
         return Reply(200, {"ok": True, "local_view": True, "occurrence": view})
 
     def describe(self, schedule_id: int) -> Reply:
@@ -394,14 +450,26 @@ def occurrence_output(
     if execution_id is None:
         return _error(404, "not_dispatched", f"occurrence {occurrence_id} was never dispatched")
     attempt = attempt_of(execution_id) or record.attempt
-    observed = worker.observe(execution_id)
-    if observed.status is None or observed.document is None:
+    # A fleet (issue 33): the worker the latest claim binds is asked first, then the others (an
+    # older attempt may have run elsewhere); the one worker's client otherwise.
+    claimed = read(lambda st: claim_worker(st, occurrence_id))
+    anywhere = getattr(worker, "observe_anywhere", None)
+    ran_on, observed = (
+        anywhere(execution_id, claimed)
+        if anywhere is not None
+        else (None, worker.observe(execution_id))
+    )
+    if observed is None or observed.status is None or observed.document is None:
+        detail = "" if observed is None else observed.detail[:200]
         return _error(
             502,
             "worker_unavailable",
-            f"the worker did not return execution {execution_id}: {observed.detail[:200]}",
+            f"the worker did not return execution {execution_id}: {detail}",
         )
-    return Reply(200, _output_body(occurrence_id, attempt, execution_id, observed))
+    body = _output_body(occurrence_id, attempt, execution_id, observed)
+    if ran_on is not None:
+        body["worker_id"] = ran_on  # the fleet worker that ran it
+    return Reply(200, body)
 
 
 def latest_execution_id(record: Any) -> str | None:
@@ -427,9 +495,43 @@ def _output_body(occurrence_id: int, attempt: int, execution_id: str, observed: 
     }
 
 
-def _observe(runner: Any, execution_id: str) -> tuple[str | None, Any]:
-    observed = runner.worker.observe(execution_id)
-    return observed.status, (observed.document if observed.status else observed.detail)
+def observe_at(runner: Any, execution_id: str, first: str | None) -> tuple[str | None, Any]:
+    """(worker, answer): the fleet's worker that holds the execution (``first`` asked first),
+    or the one worker's answer when the runner knows no fleet."""
+    anywhere = getattr(runner.worker, "observe_anywhere", None)
+    if anywhere is not None:
+        return anywhere(execution_id, first)  # type: ignore[no-any-return]
+    return None, runner.worker.observe(execution_id)
+
+
+def observe_execution(runner: Any, execution_id: str) -> Any:
+    """The worker's answer about ``execution_id``, asked of the worker its occurrence's claim
+    binds first (a fleet, issue 33), then of the others; the one worker's otherwise."""
+    invocation = invocation_of(execution_id, "")
+    first = None
+    if invocation is not None:
+        oid = invocation.occurrence_id
+        first = runner.machine.read(lambda st: claim_worker(st, oid))
+    answer = observe_at(runner, execution_id, first)[1]
+    return answer if answer is not None else ObserveResult(None, detail="no worker answered")
+
+
+def claim_worker(st: core.SchedulerState, occurrence_id: int) -> str | None:
+    """The worker the record's latest committed claim binds (its current attempt's)."""
+    admission = core.admission_record(st, occurrence_id)
+    return None if admission is None or admission.claim is None else admission.claim.worker_id
+
+
+def _observe(runner: Any, execution_id: str, first: str | None = None) -> tuple[str | None, Any]:
+    worker, observed = observe_at(runner, execution_id, first)
+    if observed is None:
+        return None, "no worker of the fleet answered"
+    if not observed.status:
+        return None, observed.detail
+    document = dict(observed.document or {})
+    if worker is not None:
+        document["worker_id"] = worker
+    return observed.status, document
 
 
 def _max_retries(st: core.SchedulerState, schedule_id: int) -> int | None:

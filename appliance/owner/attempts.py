@@ -52,11 +52,12 @@ from appliance.owner.events import (
     ObserveAnswered,
     ObserveRequest,
 )
+from appliance.owner.fleet import Fleet
 from appliance.owner.lateness import lateness_base
 from appliance.owner.pacing import STILL_HELD, Pacing
 from appliance.owner.queue import QueueView
 from appliance.owner.report_text import failure_reason
-from appliance.owner.serial import Chain, Serial
+from appliance.owner.serial import Chain, NotOwner, Serial, Uncertain
 from appliance.owner.standing import Standing
 from appliance.owner.work import (
     CANCEL_ATTEMPTS_MAX,
@@ -71,7 +72,7 @@ from appliance.owner.work import (
     first_poll_s,
     waiting_for_slot,
 )
-from appliance.owner.worker_answers import CancelResult, ExecResult, ObserveResult
+from appliance.owner.worker_answers import CancelResult, ExecResult, ObserveResult, reached
 from appliance.protocol import v1
 
 S = OccurrenceState
@@ -100,6 +101,11 @@ OUTCOME_OF_STATUS: Final = {
 }
 
 
+def worker_of(work: Work) -> str:
+    """The fleet worker ``work``'s claim binds (issue 33): its pacing and reachability."""
+    return str(work.binding.get("worker_id", ""))
+
+
 def retained_through(state: Any) -> int:
     """W of the committed state (core ``SchedulerState.retained_through``)."""
     return int(state.retained_through())
@@ -126,7 +132,9 @@ class Attempts:
         self._standing = standing
         self._config = config
         self.unknown_poll_s = unknown_poll_s
-        self.pacing = Pacing(serial.log)
+        # Each worker of the fleet is paced by what it said, and is reachable or not, by itself
+        # (issue 33, appliance/owner/fleet.py).
+        self.fleet = Fleet(serial.time_scale, serial.log)
         self.waits: CapacityWaits[Work] = CapacityWaits(serial)
         self.commits = Commits(serial)
         self.work: dict[int, Work] = {}  # occurrence id -> dispatched attempt
@@ -142,19 +150,67 @@ class Attempts:
     def busy_count(self) -> int:
         return sum(1 for w in self.work.values() if w.busy)
 
-    def in_flight(self) -> int:
-        return sum(1 for w in self.work.values() if w.sends > 0 and not w.parked)
+    def fleet_ids(self) -> list[str]:
+        return [spec.worker_id for spec in self._config.get().remote.fleet]
 
-    def execs_outstanding(self) -> int:
+    def pacing_for(self, worker: str | None = None) -> Pacing:
+        """The worker's pacing; None: the fleet's first worker (a fleet of one's only one)."""
+        if worker is None:
+            ids = self.fleet_ids()
+            worker = ids[0] if ids else ""
+        return self.fleet.pace(worker)
+
+    @property
+    def pacing(self) -> Pacing:
+        """The first worker's pacing (what a fleet of one paces by)."""
+        return self.pacing_for(None)
+
+    def in_flight(self, worker: str | None = None) -> int:
+        return sum(
+            1
+            for w in self.work.values()
+            if w.sends > 0 and not w.parked and worker in (None, worker_of(w))
+        )
+
+    def execs_outstanding(self, worker: str | None = None) -> int:
         """Exec requests sent and not answered yet (the worker's statement may not count them)."""
-        return sum(1 for w in self.work.values() if w.phase is AttemptPhase.SENDING)
+        return sum(
+            1
+            for w in self.work.values()
+            if w.phase is AttemptPhase.SENDING and worker in (None, worker_of(w))
+        )
 
-    def _may_send(self) -> bool:
+    def waiting(self, worker: str | None = None) -> int:
+        """Claimed attempts waiting, unsent, for the worker's capacity."""
+        return sum(1 for _, w in self.waits.oldest_first() if worker in (None, worker_of(w)))
+
+    def _may_send(self, worker: str) -> bool:
         """Whether the worker has room for one more attempt (``Pacing.may_send``)."""
-        return self.pacing.may_send(self.in_flight(), self.execs_outstanding())
+        return self.fleet.pace(worker).may_send(
+            self.in_flight(worker), self.execs_outstanding(worker)
+        )
 
     def pacing_view(self) -> dict[str, Any]:
-        return self.pacing.view(self.in_flight(), len(self.waits))
+        """``status``'s ``dispatch``: the totals with the (first) worker's pacing, as before the
+        fleet, and each worker's own under ``workers``."""
+        view = self.pacing.view(self.in_flight(), len(self.waits))
+        view["workers"] = {
+            worker: {
+                **self.fleet.pace(worker).view(self.in_flight(worker), self.waiting(worker)),
+                **self.fleet.view(worker, self._serial.wall_s),
+            }
+            for worker in self.fleet_ids()
+        }
+        return view
+
+    def heard(self, worker: str, result: Any) -> None:
+        """Every call's result tells whether the worker answers (appliance/owner/fleet.py)."""
+        if reached(result):
+            if self.fleet.answered(worker, self._serial.wall_s):
+                self._serial.log("worker_reachable", worker=worker)
+                self._serial.dirty = True  # what waited for a worker may be placed now
+        else:
+            self.fleet.failed(worker, self._serial.wall_s)
 
     # ---- tracking ----------------------------------------------------------------------------
 
@@ -162,22 +218,26 @@ class Attempts:
         return self._serial.wall_s + self._config.get().remote.timeout_seconds + OBSERVE_GRACE_S
 
     def clear(self) -> None:
-        """Ownership ended: nothing is tracked any more (the next owner re-observes)."""
+        """Ownership ended: nothing is tracked any more (the next owner re-observes and learns
+        the fleet again)."""
         self.work.clear()
         self._queue.clear()
+        self.fleet.clear()
 
     def start(self, record: Any, binding: dict[str, Any], code: str) -> None:
         """Dispatch a claim this owner just committed, or, without room at the worker, keep it
         waiting (FIFO: only when nothing waits ahead of it does a new claim go at once)."""
         deadline_s = self.deadline_s()
-        unpaced = self.pacing.window() is None  # an older worker: dispatch as before pacing
-        if unpaced or (len(self.waits) == 0 and self._may_send()):
+        worker = str(binding.get("worker_id", ""))
+        pacing = self.fleet.pace(worker)
+        unpaced = pacing.window() is None  # an older worker: dispatch as before pacing
+        if unpaced or (self.waiting(worker) == 0 and self._may_send(worker)):
             work = Work(record.id, record.attempt, binding, deadline_s, P.SENDING, record.due_s)
             work.code = code
             self.work[record.id] = work
             self._spawn(work, lambda token: DispatchRequest(token, binding, code))
             return
-        window = self.pacing.window()
+        window = pacing.window()
         work = Work(record.id, record.attempt, binding, deadline_s, P.WAITING, record.due_s)
         work.code, work.sends = code, 0
         self.work[record.id] = work
@@ -186,8 +246,9 @@ class Attempts:
             "capacity_wait",
             occurrence=record.id,
             attempt=record.attempt,
+            worker=worker,
             waiting=len(self.waits),
-            in_flight=self.in_flight(),
+            in_flight=self.in_flight(worker),
             window=window,
         )
 
@@ -266,11 +327,14 @@ class Attempts:
             return
         if self._standing.draining:
             return  # no new sends; the next owner's takeover fences what still waits
+        full: set[str] = set()  # workers without room: FIFO per worker, the others go on
         for oid, work in self.waits.oldest_first():
             if self._serial.suspended:
                 break  # a fence below waits for its commit; go on at the next event
-            if not self._may_send():
-                break
+            worker = worker_of(work)
+            if worker in full or not self._may_send(worker):
+                full.add(worker)
+                continue
             self.waits.remove(oid)
             record = self._current(work)
             if record is None or record.state is not S.RUNNING or work.phase is not P.WAITING:
@@ -289,6 +353,7 @@ class Attempts:
                 "capacity_send",
                 occurrence=oid,
                 attempt=work.attempt,
+                worker=worker,
                 waiting=len(self.waits),
                 late_ms=self._serial.late_ms(work.due_s),
             )
@@ -317,7 +382,8 @@ class Attempts:
         if isinstance(result, ExecResult):
             # accepted, refused and not_dispatched are read from a worker's own document.
             stated = result.protocol_answer or result.kind != "uncertain"
-            self.pacing.learn(result.capacity, stated)
+            self.fleet.pace(worker_of(work)).learn(result.capacity, stated)
+        self.heard(worker_of(work), result)
         queued = isinstance(result, ExecResult) and result.kind == "accepted"
         queued = queued and first_poll_s(result.capacity) == OBSERVE_QUEUED_FIRST_POLL_S
         self._after_answer(work, result, waiting=queued)
@@ -392,18 +458,19 @@ class Attempts:
             if left_s > 0:
                 self._look_in(work, max(OBSERVE_FIRST_POLL_S, left_s / self._serial.time_scale))
                 return
-        eid = self._execution_id(work)
+        eid, worker = self._execution_id(work), work.binding.get("worker_id")
         work.move(E.LOOK)
-        self._spawn(work, lambda token: ObserveRequest(token, eid))
+        self._spawn(work, lambda token: ObserveRequest(token, eid, worker_id=worker))
 
     def _observed(self, work: Work, result: ObserveResult | Exception) -> Chain[None]:
         """The observation's answer: a confirmed outcome is recorded; ``fenced`` and the
         deadline are decided by dispatch_outcome (a fence without a permit, Unknown with one)."""
         work.move(E.OBSERVE_ANSWERED)
         if isinstance(result, ObserveResult):
-            self.pacing.learn(result.capacity, result.status is not None)
+            self.fleet.pace(worker_of(work)).learn(result.capacity, result.status is not None)
             if result.status is not None:
                 work.parked = work.parked and result.status not in STILL_HELD
+        self.heard(worker_of(work), result)
         self._after_answer(work, result, waiting=waiting_for_slot(result))
         record = self._current(work)
         if record is None or record.terminal:
@@ -557,6 +624,55 @@ class Attempts:
         work.move(E.SEND)
         self._spawn(work, lambda token: DispatchRequest(token, binding, code))
 
+    # ---- failover (issue 33) -------------------------------------------------------------------
+
+    def fence_unreachable(self, worker: str) -> Chain[None]:
+        """Fence every attempt of an unreachable ``worker`` that holds no committed permit —
+        waiting for its capacity, or observed while no permit is committed — in one batch of
+        ``FenceDispatch`` (each refused at apply where a permit exists: the terminal fence of
+        seeds/000), so each occurrence is claimed again as the next attempt, elsewhere, with no
+        retry spent. An attempt with a call in flight is left to that call's answer."""
+        planned: list[tuple[Work, Any]] = []
+        now_s = self._serial.now_s()
+        for work in [w for w in self.work.values() if worker_of(w) == worker]:
+            if work.busy:
+                continue
+            record = self._current(work)
+            if record is None or record.state is not S.RUNNING:
+                continue
+            committed = self._committed(work, record)
+            if committed.permit is not None or not committed.epoch_held:
+                continue  # observed: Unknown at its deadline if it stays silent
+            reason = (
+                f"worker {worker} unreachable and no permit committed: fenced, the occurrence "
+                "is placed again"
+            )
+            fence = dispatch_outcome.Fence(
+                reason, dispatch_outcome.fence_backoff_s(committed.fenced_before)
+            )
+            command = ownership.fence_dispatch_command(
+                self._namespace(), self._standing.epoch or 0, record, fence, now_s
+            )
+            planned.append((work, command))
+        if not planned:
+            return
+        outcomes = yield from self._serial.proposals([command for _, command in planned])
+        for (work, _command), outcome in zip(planned, outcomes, strict=True):
+            ids = {"occurrence": work.occurrence_id, "attempt": work.attempt}
+            try:
+                result = self._serial.interpret(outcome)
+            except (NotOwner, Uncertain) as exc:
+                self._serial.log("unreachable_fence_uncertain", reason=str(exc), **ids)
+                continue
+            if isinstance(result, Accepted):
+                self._serial.log("unreachable_fenced", worker=worker, **ids)
+                if work.occurrence_id in self.waits.waiting_ids():
+                    self.waits.remove(work.occurrence_id)
+                self.forget(work)
+            else:
+                self._serial.log("unreachable_fence_refused", reason=result.message, **ids)
+        self._serial.dirty = True
+
     # ---- cancellation ------------------------------------------------------------------------
 
     def cancel(self, work: Work) -> None:
@@ -576,6 +692,7 @@ class Attempts:
         """The cancellation's answer: Cancelled only on a confirmed stop; a fence before consume
         returns the attempt; a completion that won keeps its result; else ask again."""
         work.move(E.CANCEL_ANSWERED)
+        self.heard(worker_of(work), result)
         record = self._current(work)
         if record is None or record.state is not S.CANCELLING:
             self.forget(work)

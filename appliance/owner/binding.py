@@ -36,8 +36,10 @@ def make_binding(
     epoch: int,
     code: str,
     due_s: int,
+    worker_id: str | None = None,
 ) -> dict[str, Any]:
-    """The binding document of one claim (``v1.binding_document`` of a ``v1.Binding``)."""
+    """The binding document of one claim (``v1.binding_document`` of a ``v1.Binding``);
+    ``worker_id`` is the fleet worker placement chose (default: the one-worker remote's)."""
     binding = v1.Binding(
         namespace=remote.namespace,
         schedule_id=schedule_id,
@@ -46,7 +48,7 @@ def make_binding(
         attempt=attempt,
         owner=owner,
         epoch=epoch,
-        worker_id=remote.worker_id,
+        worker_id=worker_id if worker_id is not None else str(remote.worker_id),
         payload_sha256=payload_sha256(code),
         due_time=format_utc(datetime.fromtimestamp(due_s, UTC)),
         authority=v1.Authority(**authority_of(remote)),

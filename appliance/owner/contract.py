@@ -18,12 +18,13 @@ from typing import Any
 from appliance.commands.operator import OperatorError
 from appliance.config.common import IDENT_BYTES_MAX, IDENT_PATTERN
 from appliance.config.rfc3339 import parse_rfc3339
-from appliance.config.runner import SESSION_BYTES_MAX, SESSION_PATTERN
+from appliance.config.runner import SESSION_BYTES_MAX, SESSION_PATTERN, RemoteConfig
 from appliance.config.urls import OriginError, parse_origin
 from appliance.core import state as core
 from appliance.core.errors import InvalidConfig
 from appliance.core.limits import limits_to_json, parse_limits
-from appliance.owner.contract_state import normalized_expiry
+from appliance.owner.contract_state import normalized_expiry, remote_in_force
+from appliance.owner.fleet_args import FLEET_ACTIONS, EnvCheck, fleet_args
 
 
 def _bad(field: str, message: str) -> OperatorError:
@@ -42,10 +43,24 @@ def _text(args: dict[str, Any], field: str, pattern: Any, bytes_max: int, what: 
         raise _bad(field, f"must be {what}, at most {bytes_max} bytes")
 
 
-def amendment_args(action: str, args: dict[str, Any], state: core.SchedulerState) -> dict[str, Any]:
+def amendment_args(
+    action: str,
+    args: dict[str, Any],
+    state: core.SchedulerState,
+    genesis: RemoteConfig | None = None,
+    check_env: EnvCheck | None = None,
+) -> dict[str, Any]:
     """``args`` checked and normalized, with ``base_amendment`` (the operator's, passed through,
     or the amendment in force) and, for ``amend_limits``, the full ``limits`` (fields left out
-    keep their value)."""
+    keep their value); for the fleet's actions, what appliance/owner/fleet_args.py adds, from
+    ``genesis`` and the committed amendments."""
+    if action in FLEET_ACTIONS:
+        if genesis is None:
+            raise _bad("worker_id", "the fleet in force is not known here")
+        out = fleet_args(action, args, state, genesis, check_env)
+        base = args.get("base_amendment")
+        out["base_amendment"] = core.amendment_index(state) if base is None else base
+        return out
     out = {k: v for k, v in args.items() if v is not None}
     # The operator's base when given (the apply refuses it if stale), else the one in force.
     out.setdefault("base_amendment", core.amendment_index(state))
@@ -60,6 +75,12 @@ def amendment_args(action: str, args: dict[str, Any], state: core.SchedulerState
             raise _bad("expires_at", str(err)) from None
         _text(out, "session", SESSION_PATTERN, SESSION_BYTES_MAX, "printable ASCII, no spaces")
     elif action == "amend_remote":
+        if genesis is not None and remote_in_force(genesis, state).workers:
+            raise _bad(
+                "url",
+                "the remote is a fleet (workers): change it with add_worker, drain_worker, "
+                "undrain_worker or remove_worker",
+            )
         if "url" not in out and "worker_id" not in out:
             raise _bad("url", "give url, worker_id or both")
         if "url" in out:

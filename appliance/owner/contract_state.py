@@ -17,28 +17,48 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from appliance.config.contract import worker_from_json
 from appliance.config.rfc3339 import format_utc, parse_rfc3339
 from appliance.config.runner import RemoteConfig
 from appliance.config.urls import parse_origin
 from appliance.core import state as core
-from appliance.core.amendments import amendment_part
+from appliance.core.amendments import REMOTE_CONTRACT_KEYS, amendment_part
 from appliance.core.limits import limits_to_json
 
 
 def remote_in_force(genesis: RemoteConfig, state: core.SchedulerState) -> RemoteConfig:
-    """``genesis`` with every committed remote amendment applied (latest wins)."""
+    """``genesis`` with every committed remote amendment applied (latest wins); a fleet
+    amendment replaces ``url`` + ``worker_id`` by the worker list in force (issue 33)."""
     amended = core.remote_in_force(state)
     if not amended:
         return genesis
     changes: dict[str, Any] = {}
     for field, value in amended.items():
         if field == "url":
-            changes["url"] = parse_origin(value)
+            changes["url"] = None if value is None else parse_origin(value)
         elif field == "expires_at":
             changes["expires_at"] = parse_rfc3339(value)
+        elif field == "workers":
+            changes["workers"] = tuple(worker_from_json(w) for w in value)
         else:
             changes[field] = value
     return replace(genesis, **changes)
+
+
+def fleet_view(genesis: RemoteConfig, state: core.SchedulerState) -> list[dict[str, Any]]:
+    """Every worker in force with its labels and whether it takes new placements: what
+    ``status``, health and ``admin list`` show (the owner adds reachability)."""
+    remote = remote_in_force(genesis, state)
+    draining = set(core.fleet_state(state)["draining"])
+    return [
+        {
+            "worker_id": w.worker_id,
+            "url": w.url.url,
+            "labels": dict(w.labels),
+            "state": "draining" if w.worker_id in draining else "active",
+        }
+        for w in remote.fleet
+    ]
 
 
 def normalized_expiry(text: str) -> str:
@@ -52,12 +72,19 @@ def contract_summary(genesis: RemoteConfig, state: core.SchedulerState) -> dict[
     (``admin store inspect`` shows the remembered history)."""
     remote = remote_in_force(genesis, state)
     part = amendment_part(state.extra.get)
+    fleet = core.fleet_state(state)
     return {
         "amendment": 0 if part is None else part["amendment"],
         "grant_expires_at": format_utc(remote.expires_at),
         "remote": {
-            "url": remote.url.url,
-            "worker_id": remote.worker_id,
+            # The one-worker form keeps its two fields; a fleet lists its workers instead.
+            **(
+                {"url": remote.url.url, "worker_id": remote.worker_id}
+                if not remote.workers and remote.url is not None
+                else {"workers": [w.worker_id for w in remote.workers]}
+            ),
+            "draining": fleet["draining"],
+            "removed": fleet["removed"],
             "timeout_seconds": remote.timeout_seconds,
             "heap_mb": remote.heap_mb,
             "session": remote.session,
@@ -75,13 +102,42 @@ def _last(part: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _fold(contract: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """``contract`` with one amendment's changes (or the keys in force) applied. A remote key
+    set to None is cleared (a fleet amendment clears ``url`` and ``worker_id``); the fleet's
+    deltas add or remove a worker; drain state is not part of a config, so it is skipped."""
     out = {**contract, "remote": dict(contract["remote"])}
+    remote = out["remote"]
     for field, value in changes.items():
         if field == "limits":
             out["limits"] = dict(value)
+        elif field in ("add_worker", "remove_worker"):
+            remote["workers"] = _fold_fleet(remote, field, value)
+            remote.pop("url", None)
+            remote.pop("worker_id", None)
+        elif field not in REMOTE_CONTRACT_KEYS:
+            continue  # drain_worker / undrain_worker
+        elif value is None:
+            remote.pop(field, None)
         else:
-            out["remote"][field] = value
+            remote[field] = value
     return out
+
+
+def _fold_fleet(remote: dict[str, Any], kind: str, value: Any) -> list[dict[str, Any]]:
+    workers = remote.get("workers")
+    if workers is None:  # a one-worker remote becomes a fleet of that worker
+        workers = [
+            {
+                "worker_id": remote.get("worker_id"),
+                "url": remote.get("url"),
+                "labels": {},
+                "bearer_env": None,
+                "admission_bearer_env": None,
+            }
+        ]
+    if kind == "add_worker":
+        return [*workers, value]
+    return [w for w in workers if w["worker_id"] != value]
 
 
 def committed_contracts(

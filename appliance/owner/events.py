@@ -118,6 +118,9 @@ class AdmissionRequest:
     request: int
     binding: Mapping[str, Any]
     incarnation: str
+    # Issue 33: the fleet worker whose own admission credential was presented; None for the
+    # shared one. The owner refuses it for an attempt bound to another worker.
+    caller: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,12 @@ class DispatchRequest:
     code: str
     retained_through: int | None = None  # W of the committed state, for the worker's retention
 
+    @property
+    def worker_id(self) -> str | None:
+        """The fleet worker to send it to: the one the binding names (issue 33)."""
+        value = self.binding.get("worker_id")
+        return value if isinstance(value, str) else None
+
 
 @dataclass(frozen=True)
 class ObserveRequest:
@@ -181,6 +190,7 @@ class ObserveRequest:
     token: int
     execution_id: str
     retained_through: int | None = None  # W of the committed state, for the worker's retention
+    worker_id: str | None = None  # the fleet worker to ask (issue 33); None: the only one
 
 
 @dataclass(frozen=True)
@@ -189,6 +199,11 @@ class CancelRequest:
 
     token: int
     binding: Mapping[str, Any]
+
+    @property
+    def worker_id(self) -> str | None:
+        value = self.binding.get("worker_id")
+        return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,9 @@ part (module)               its one job
                             from each answer), keeps ``CapacityWaits``, commits through
                             ``Commits``
 ``Requests`` (requests.py)  admission requests and operator commands
+``FleetDecisions``          the fleet (issue 33): which worker a claim binds (placement), the
+(fleet_decisions.py)        workers' health timer, probes, the fence of an unreachable
+                            worker's attempts without a permit
 ``Owner`` (this module)     events in, effects out; leadership, acquisition, pulse, claims
 ==========================  ===================================================================
 
@@ -102,6 +105,8 @@ completion that won keeps its result.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from appliance.config.runner import RunnerConfig
@@ -110,7 +115,7 @@ from appliance.core.claims import claimable
 from appliance.core.errors import CoreError
 from appliance.core.occurrence import OccurrenceState
 from appliance.owner import ownership
-from appliance.owner.applied import Accepted, Refused
+from appliance.owner.applied import Accepted, NotYetApplicable, Refused
 from appliance.owner.attempts import Attempts
 from appliance.owner.binding import authority_of, make_binding
 from appliance.owner.calendars import Calendars
@@ -130,6 +135,7 @@ from appliance.owner.events import (
     Tick,
     TimerFired,
 )
+from appliance.owner.fleet_decisions import FleetDecisions
 from appliance.owner.pacing import Pacing
 from appliance.owner.requests import Requests
 from appliance.owner.serial import Chain, Gate, NotOwner, Serial, StateReader, Uncertain
@@ -151,6 +157,7 @@ class Owner:
         unknown_poll_s: float = UNKNOWN_POLL_S,
         gate: Gate | None = None,
         strict: bool = False,
+        check_env: Callable[[str], str | None] | None = None,
     ) -> None:
         self.node_id = cfg.node_id
         self._standing = Standing(cfg.node_id)
@@ -160,8 +167,16 @@ class Owner:
         self._config = ConfigInForce(cfg, state)
         self._calendars = Calendars(state)
         self._attempts = Attempts(self._serial, self._standing, self._config, unknown_poll_s)
+        # The fleet (issue 33): placement per claim, the workers' health, failover.
+        self._fleet = FleetDecisions(self._serial, self._standing, self._config, self._attempts)
         self._requests = Requests(
-            self._serial, self._standing, self._config, self._attempts, self._calendars
+            self._serial,
+            self._standing,
+            self._config,
+            self._attempts,
+            self._calendars,
+            fleet=self._fleet,
+            check_env=check_env,
         )
         self._acquire_wanted = False
         self._charging_wanted = False  # propose AdoptCharging(2) once the gate allows
@@ -208,8 +223,12 @@ class Owner:
 
     @property
     def pacing(self) -> Pacing:
-        """The paced dispatch's view of the worker (the simulator's checker reads it)."""
+        """The paced dispatch's view of the (first) worker (the simulator's checker reads it)."""
         return self._attempts.pacing
+
+    def pacing_for(self, worker: str | None) -> Pacing:
+        """The paced dispatch's view of one fleet worker (None: the first)."""
+        return self._attempts.pacing_for(worker)
 
     # ---- the interface -----------------------------------------------------------------------
 
@@ -248,17 +267,24 @@ class Owner:
         """The occurrences with a worker call in flight or an observation still going."""
         return self._attempts.open_occurrences()
 
-    def waiting_for_capacity(self) -> int:
-        """Claimed attempts waiting, unsent, for the worker's capacity (pacing.py)."""
-        return len(self._attempts.waits)
+    def waiting_for_capacity(self, worker: str | None = None) -> int:
+        """Claimed attempts waiting, unsent, for a worker's capacity (all: None; pacing.py)."""
+        return self._attempts.waiting(worker)
 
-    def in_flight(self) -> int:
-        """Attempts this owner counts as held at the worker (pacing.py)."""
-        return self._attempts.in_flight()
+    def in_flight(self, worker: str | None = None) -> int:
+        """Attempts this owner counts as held at a worker (all: None; pacing.py)."""
+        return self._attempts.in_flight(worker)
 
-    def execs_outstanding(self) -> int:
-        """Exec requests sent and not answered yet."""
-        return self._attempts.execs_outstanding()
+    def execs_outstanding(self, worker: str | None = None) -> int:
+        """Exec requests sent and not answered yet (to a worker, or to all: None)."""
+        return self._attempts.execs_outstanding(worker)
+
+    def fleet_status(self) -> list[dict[str, Any]]:
+        """Every worker in force: drain state, reachability, load (appliance/owner/fleet.py)."""
+        return self._fleet.status()
+
+    def placement_waits(self) -> list[dict[str, Any]]:
+        return self._fleet.placement_waits()
 
     def pacing_view(self) -> dict[str, Any]:
         return self._attempts.pacing_view()
@@ -283,7 +309,8 @@ class Owner:
         elif isinstance(event, TimerFired):
             self._serial.fire(event.token)
         elif isinstance(event, ExecAnswered | ObserveAnswered | CancelAnswered):
-            attempts.answered(event)
+            if not self._fleet.probe_answered(event):  # a fleet probe (fleet_decisions.py)
+                attempts.answered(event)
         elif isinstance(event, ProposalDone) and attempts.commits.awaits(event.token):
             attempts.commits.answered(event.token, event.outcome)
         elif isinstance(event, ProposalDone) and attempts.waits.awaits(event.token):
@@ -293,7 +320,7 @@ class Owner:
         elif isinstance(event, OperatorRequest):
             self._serial.run(requests.operator_reply(event.request, event.command), event.request)
         elif isinstance(event, AdmissionRequest):
-            requests.admit(event.request, event.binding, event.incarnation)
+            requests.admit(event.request, event.binding, event.incarnation, event.caller)
         elif isinstance(event, Drain):
             self._standing.draining = True
             self._serial.log("draining", open_tasks=attempts.busy_count())
@@ -301,6 +328,14 @@ class Owner:
     def _tick(self) -> Chain[None]:
         if self.epoch is None and self._acquire_wanted:
             yield from self._acquire()
+        if self.epoch is not None and self._standing.seeding:
+            at_s = self._serial.now_s()
+            command = core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
+            if self._serial.gated(command) is None:
+                try:
+                    yield from self._seed(at_s)
+                except (NotOwner, Uncertain) as exc:
+                    self._serial.log("initial_schedules_refused", reason=str(exc))
         if self.epoch is not None and self._charging_wanted:
             yield from self._adopt_charging()
         if self.epoch is not None and not self.draining:
@@ -327,8 +362,10 @@ class Owner:
         standing.epoch = None
         self._acquire_wanted = False
         standing.leader_hint = hint
+        standing.seeding = False  # the next owner sees needs_seed in its takeover
         self._calendars.drop()
         self._attempts.clear()
+        self._fleet.clear()
 
     def _acquire(self) -> Chain[None]:
         """Barrier, then commit the ownership transition; only then schedule."""
@@ -399,18 +436,31 @@ class Owner:
             raise ownership.OwnershipRefused(result.message)
         takeover: core.Takeover = result.value
         if takeover.needs_seed:
-            seeded = yield from serial.propose(
-                core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
-            )
-            if isinstance(seeded, Refused):
-                serial.log("initial_schedules_refused", reason=seeded.message)
-            else:
-                serial.log("initial_schedules", ids=list(seeded.value))
+            yield from self._seed(at_s)
         return ownership.acquired_of(takeover)
+
+    def _seed(self, at_s: int) -> Chain[None]:
+        """Create the config's initial schedules (ids 1…N). A definition with a feature not every
+        voter applies yet (``placement``, jitter) is held back by the version gate: then it is
+        asked again at every tick, and operator mutations wait (503, not accepted) so no other
+        schedule takes those ids meanwhile."""
+        serial = self._serial
+        seeded = yield from serial.propose(
+            core.SeedInitialSchedules(tuple(self.cfg.schedules), at_s)
+        )
+        self._standing.seeding = isinstance(seeded, Refused) and isinstance(
+            seeded.error, NotYetApplicable
+        )
+        if isinstance(seeded, Refused):
+            serial.log("initial_schedules_refused", reason=seeded.message)
+        else:
+            serial.log("initial_schedules", ids=list(seeded.value))
+            self._calendars.rebuild()
 
     # ---- scheduling: pulse, retry-due, claims ------------------------------------------------
 
     def _schedule(self) -> Chain[None]:
+        self._fleet.start_ticks()  # once the fleet has two workers (an add_worker, a takeover)
         now_s = max(
             self._serial.now_s(), self._last_observe_s
         )  # a clock step back observes nothing new
@@ -482,9 +532,15 @@ class Owner:
             return None
         remote = self.cfg.remote
         authority = core.Authority(**authority_of(remote))
-        return core.ObserveAndClaim(
-            observe, self.epoch, remote.namespace, remote.worker_id, authority
-        )
+        if len(remote.fleet) > 1:  # a worker per observed schedule (core/observe_place.py)
+            placements = self._serial.read(lambda st: self._fleet.placements(st, observe))
+            return core.ObserveAndPlace(
+                observe, self.epoch, remote.namespace, placements, authority
+            )
+        worker = self._fleet.fold_worker()  # one worker for every claim: only a fleet of one
+        if worker is None:
+            return None
+        return core.ObserveAndClaim(observe, self.epoch, remote.namespace, worker, authority)
 
     def _dispatch_claimed(self, record: Any) -> None:
         """Dispatch a claim this owner just committed (its committed binding, its code)."""
@@ -500,6 +556,7 @@ class Owner:
             schedule=record.schedule_id,
             attempt=record.attempt,
             epoch=self.epoch,
+            worker=binding["worker_id"],
             late_ms=self._serial.late_ms(record.due_s),
         )
         self._attempts.start(record, binding, code)
@@ -521,7 +578,10 @@ class Owner:
             return
         epoch = self.epoch
         planned: list[tuple[Any, Any, dict[str, Any]]] = []
-        for oid, attempt in self._serial.read(claimable):
+        load: Counter[str] = Counter()  # this pass's claims per worker (placement's load)
+        ready = self._serial.read(claimable)
+        base = self._fleet.candidates(Counter()) if ready else []
+        for oid, attempt in ready:
             record, schedule = self._serial.read(
                 lambda st, oid=oid: (
                     st.occurrences.get(oid),
@@ -533,6 +593,9 @@ class Owner:
             code = self._code_of(oid)
             if record is None or schedule is None or code is None:
                 continue
+            worker = self._fleet.choose_worker(oid, schedule.definition.placement, load, base)
+            if worker is None:
+                continue  # no worker may run it now: it waits Pending, its reason in status
             binding = make_binding(
                 self.cfg.remote,
                 schedule_id=schedule.id,
@@ -543,6 +606,7 @@ class Owner:
                 epoch=epoch,
                 code=code,
                 due_s=record.due_s,
+                worker_id=worker,
             )
             planned.append((record, code, binding))
         commands = [ownership.claim_command(r, b, now_s) for r, _, b in planned]
@@ -568,6 +632,7 @@ class Owner:
                 schedule=record.schedule_id,
                 attempt=attempt,
                 epoch=self.epoch,
+                worker=binding["worker_id"],
                 late_ms=self._serial.late_ms(record.due_s),
             )
             self._attempts.start(record, binding, code)

@@ -68,10 +68,12 @@ STILL_HELD: Final = frozenset({"running", "reserved"})  # an Unknown that may ho
 
 
 class Pacing:
-    """How many attempts the worker takes, learned from its answers."""
+    """How many attempts the worker takes, learned from its answers. A fleet (issue 33) has one
+    per worker (appliance/owner/fleet.py): ``worker`` names it in the log."""
 
-    def __init__(self, log: Callable[..., None]) -> None:
+    def __init__(self, log: Callable[..., None], worker: str | None = None) -> None:
         self._log = log
+        self._named = {} if worker is None else {"worker": worker}
         self.mode = PACING_PROBE
         self.capacity: Capacity | None = None
 
@@ -82,6 +84,7 @@ class Pacing:
             if self.mode != PACING_PACED or self.capacity != capacity:
                 self._log(
                     "worker_capacity",
+                    **self._named,
                     max_concurrent=capacity.max_concurrent,
                     max_queued=capacity.max_queued,
                     free_slots=capacity.free_slots,
@@ -90,7 +93,7 @@ class Pacing:
             self.mode, self.capacity = PACING_PACED, capacity
         elif protocol_answer and self.mode != PACING_OFF:
             self.mode, self.capacity = PACING_OFF, None
-            self._log("worker_capacity", stated=False, pacing=PACING_OFF)
+            self._log("worker_capacity", **self._named, stated=False, pacing=PACING_OFF)
 
     def window(self) -> int | None:
         """How many attempts may be in flight at the worker; None: no bound (pacing off)."""

@@ -46,12 +46,42 @@ S = OccurrenceState
 _MEMBERSHIP_STATUS = ("configuration", "config_index", "config_change_pending", "member_status")
 
 
-def list_reply(node_id: str, read: Callable[..., Any]) -> dict[str, Any]:
+def list_reply(node_id: str, read: Callable[..., Any], genesis: Any = None) -> dict[str, Any]:
     """``list``: this voter's applied state, as it is here (any voter answers it; it may lag).
     ``read`` (the machine's) takes only the references under its lock; the view is rendered
-    after."""
+    after. With the genesis remote, the fleet in force too (issue 33)."""
     snapshot: core.ListSnapshot = read(core.list_snapshot)
-    return {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+    reply = {"ok": True, "stale_local_view": True, "node": node_id, **core.render_list(snapshot)}
+    if genesis is not None:
+        reply["fleet"] = read(lambda st: contract_state.fleet_view(genesis, st))
+    return reply
+
+
+def _admit_error(message: str) -> dict[str, Any]:
+    return v1.error_document("binding_mismatch", message)
+
+
+def admission_caller_refusal(
+    genesis: Any, st: core.SchedulerState, binding: Mapping[str, Any], caller: str | None
+) -> str | None:
+    """Why a permit request may not come from ``caller`` (issue 33): with a fleet worker's own
+    admission credential, the attempt must be bound to that worker; the shared credential is
+    refused for a worker that has its own. The committed claim must name the binding's worker
+    too — the ``Admit`` apply compares every field."""
+    worker_id = binding.get("worker_id") if isinstance(binding, Mapping) else None
+    if caller is not None and worker_id != caller:
+        return (
+            f"binding.worker_id: the admission credential presented is worker {caller}'s; the "
+            f"attempt is bound to {worker_id!r}"
+        )
+    if caller is None and isinstance(worker_id, str):
+        spec = contract_state.remote_in_force(genesis, st).worker(worker_id)
+        if spec is not None and spec.admission_bearer_env is not None:
+            return (
+                f"binding.worker_id: worker {worker_id} has its own admission credential; the "
+                "shared one is refused for its attempts"
+            )
+    return None
 
 
 class Requests:
@@ -64,8 +94,15 @@ class Requests:
         config: ConfigInForce,
         attempts: Attempts,
         calendars: Calendars,
+        *,
+        fleet: Any = None,
+        check_env: Callable[[str], str | None] | None = None,
     ) -> None:
         self._serial = serial
+        # The fleet (issue 33): its status views, and the driver's answer to "can this voter use
+        # the credential variable an add_worker names?" (appliance/owner/fleet_args.py).
+        self._fleet = fleet
+        self._check_env = check_env
         self._standing = standing
         self._config = config
         self._attempts = attempts
@@ -78,11 +115,25 @@ class Requests:
         hint = self._standing.leader_hint
         return 409, v1.error_document(v1.ADMIT_NOT_OWNER_CODE, message, leader_hint=hint)
 
-    def admit(self, request: int, binding: Mapping[str, Any], incarnation: str) -> None:
+    def admit(
+        self,
+        request: int,
+        binding: Mapping[str, Any],
+        incarnation: str,
+        caller: str | None = None,
+    ) -> None:
         """Propose ``Admit`` without waiting, so concurrent permit requests share Raft appends;
-        the driver may answer a committed outcome at once (``answers_admission``)."""
+        the driver may answer a committed outcome at once (``answers_admission``). ``caller``:
+        the fleet worker whose own admission credential was presented (issue 33)."""
         if self._standing.epoch is None:
             self._answer_admission(request, binding, self._not_owner_answer("not the owner"))
+            return
+        genesis = self._config.genesis.remote
+        refusal = self._serial.read(
+            lambda st: admission_caller_refusal(genesis, st, binding, caller)
+        )
+        if refusal is not None:  # definite, nothing proposed
+            self._answer_admission(request, binding, (403, _admit_error(refusal)))
             return
         command = ownership.admit_command(binding, incarnation, self._serial.now_s())
         if isinstance(command, tuple):  # a definite refusal before any proposal
@@ -152,13 +203,22 @@ class Requests:
     def _operator(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action = command.action
         if action == "list":
-            return list_reply(self._standing.node_id, self._serial.read)
+            genesis = self._config.genesis.remote
+            return list_reply(self._standing.node_id, self._serial.read, genesis)
         if self._standing.epoch is None:
             raise self._not_owner()
         if action == "status":
             return (yield from self._status())
         if self._standing.draining:
             raise OperatorError(503, "draining", "the runner is shutting down", accepted=False)
+        if self._standing.seeding:
+            raise OperatorError(
+                503,
+                "seeding",
+                "the initial schedules are not created yet (not every voter reports it can apply "
+                "them); ask again in a moment",
+                accepted=False,
+            )
         if action in PREVIEWS:
             return self._preview(command)
         if action not in MUTATIONS:
@@ -230,6 +290,11 @@ class Requests:
         # Paced dispatch (appliance/owner/pacing.py): in flight at the worker, waiting for its
         # capacity.
         reply["dispatch"] = self._attempts.pacing_view()
+        if self._fleet is not None:
+            # The fleet (issue 33): every worker, drained or not, reachable or not, and what
+            # waits for a worker placement would accept.
+            reply["fleet"] = self._fleet.status()
+            reply["placement_waits"] = self._fleet.placement_waits()
         paused = read(core.paused_since)
         reply["paused"] = None if paused is None else {"since": instant_text(paused)}
         if self._serial.time_scale != 1.0:
@@ -239,8 +304,10 @@ class Requests:
     def _mutate(self, command: OperatorCommand) -> Chain[dict[str, Any]]:
         action, args = command.action, command.args
         if action in ADMIN_ACTIONS:  # a contract amendment: its base and normalized values
+            genesis, check_env = self._config.genesis.remote, self._check_env
             command = OperatorCommand(
-                action, self._serial.read(lambda st: amendment_args(action, args, st))
+                action,
+                self._serial.read(lambda st: amendment_args(action, args, st, genesis, check_env)),
             )
         cmd = build_mutation(command, self._serial.now_s(), self._check_definition, self._planned)
         try:

@@ -205,8 +205,12 @@ class Serial:
 
     def gated(self, command: Any) -> Refused | None:
         """A definite refusal for a kind some voter cannot apply yet: nothing is proposed."""
-        refusal = self._gate(command_kind(command)) if self._gate is not None else None
+        refusal = self.kind_gated(command_kind(command))
         return None if refusal is None else Refused(NotYetApplicable(refusal))
+
+    def kind_gated(self, kind: str) -> str | None:
+        """Why ``kind`` may not be proposed yet (the version gate), or None."""
+        return self._gate(kind) if self._gate is not None else None
 
     def propose(self, command: Any) -> Chain[Accepted | Refused]:
         (outcome,) = yield from self.proposals([command])

@@ -17,3 +17,6 @@ class Standing:
     leader_hint: str | None = None
     epoch: int | None = None  # the acquired ownership epoch; None: this voter does not schedule
     draining: bool = False  # the process stops: no new scheduling or sends
+    # The initial schedules wait for the version gate (a placement or jitter not every voter
+    # applies yet): operator mutations wait too, so the ids stay 1…N (owner.py, ``_seed``).
+    seeding: bool = False

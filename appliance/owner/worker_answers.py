@@ -63,6 +63,7 @@ class ObserveResult:
     document: dict[str, Any] | None = None
     detail: str = ""
     capacity: Capacity | None = None  # the worker's, when its answer stated it
+    answered: bool = False  # a protocol-1 document came back, whatever it said (a 404 too)
 
 
 @dataclass(frozen=True)
@@ -70,3 +71,16 @@ class CancelResult:
     result: str | None  # fenced_before_consume, stopped, completed, stopping, unknown
     report: dict[str, Any] | None = None
     detail: str = ""
+
+
+def reached(result: object) -> bool:
+    """Whether a worker call's result proves the worker answered (issue 33, reachability): any
+    protocol answer does, even a refusal or a 404; a failed connection, a timeout, a reset or an
+    answer that is not protocol 1 does not."""
+    if isinstance(result, ExecResult):
+        return result.protocol_answer or result.kind in ("accepted", "refused", "not_dispatched")
+    if isinstance(result, ObserveResult):
+        return result.answered or result.status is not None
+    if isinstance(result, CancelResult):
+        return result.result is not None
+    return False

@@ -91,13 +91,8 @@ class RaftMember:
             restore=restore,
             genesis_addresses={node_id: str(addr) for node_id, addr in voters.items()},
         )
-        known = {
-            "cluster": credentials.cluster,
-            "admission": credentials.admission,
-            "worker": credentials.worker,
-            "operator": credentials.operator,
-            "recovery": credentials.recovery,
-        }
+        # Every credential this voter knows (a fleet worker's own too), by role.
+        known = credentials.known_roles()
         # The version gate (appliance/capabilities.py): what every member reports it can apply,
         # asked over the cluster listener's own TLS (the CA and our client certificate).
         tls_context = cluster_client_context(cfg.tls)

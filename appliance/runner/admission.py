@@ -24,6 +24,8 @@ from appliance.http.direct_server import DirectServer
 from appliance.protocol.v1 import ADMIT_PATH, PROTOCOL_VERSION
 from appliance.secret import Secret
 
+ADMISSION_ROLE_PREFIX: Final = "admission:"  # as appliance/config/credentials.py names it
+
 __all__ = [
     "ADMISSION_CONNECTIONS_MAX",
     "ADMIT_PATH",
@@ -75,7 +77,14 @@ class AdmitResource:
 
     def on_post(self, req: falcon.Request, resp: falcon.Response) -> None:
         binding, incarnation = parse_admit(read_json_object(req))
-        status, body = self._submit(binding, incarnation)
+        role = getattr(req.context, "auth_role", None)
+        if isinstance(role, str) and role.startswith(ADMISSION_ROLE_PREFIX):
+            # A fleet worker's own admission credential (issue 33): the owner refuses it for an
+            # attempt bound to any other worker.
+            caller = role.removeprefix(ADMISSION_ROLE_PREFIX)
+            status, body = self._submit(binding, incarnation, caller=caller)  # type: ignore[call-arg]
+        else:
+            status, body = self._submit(binding, incarnation)
         resp.status = falcon.code_to_http_status(status)
         resp.content_type = falcon.MEDIA_JSON
         body = {"protocol": PROTOCOL_VERSION, **body}
@@ -84,11 +93,13 @@ class AdmitResource:
 
 def create_admission_app(submit: Submit, credentials: Mapping[str, Secret | None]) -> falcon.App:
     """``credentials``: every role this process knows (so a cluster or worker token is told
-    apart and refused like a wrong one); only ``admission`` is accepted."""
+    apart and refused like a wrong one); only ``admission`` and a fleet worker's own
+    ``admission:<worker_id>`` are accepted."""
+    accepted = {"admission"} | {r for r in credentials if r.startswith(ADMISSION_ROLE_PREFIX)}
     return create_app(
         routes={ADMIT_PATH: AdmitResource(submit)},
         credentials=credentials,
-        accepted_roles={"admission"},
+        accepted_roles=accepted,
         body_bytes_max=BODY_BYTES_MAX,
         surface="admission",
         error_extra={"protocol": PROTOCOL_VERSION},

@@ -25,10 +25,8 @@ from typing import Any
 
 import apsw
 
-from appliance.config.contract import contract_digest, sealed_contract
-from appliance.config.rfc3339 import parse_rfc3339
-from appliance.config.runner import RemoteConfig, RunnerConfig
-from appliance.config.urls import parse_origin
+from appliance.config.contract import contract_digest, remote_from_json, sealed_contract
+from appliance.config.runner import RunnerConfig
 from appliance.core.amendments import CONTRACT_PART
 from appliance.core.canonical import canonical_digest
 from appliance.core.limits import Limits
@@ -106,15 +104,5 @@ def genesis_config(cfg: RunnerConfig, genesis: dict[str, Any]) -> RunnerConfig:
     """``cfg`` with the genesis remote and limits (the owner folds the amendments in)."""
     from dataclasses import replace
 
-    remote = genesis["remote"]
-    genesis_remote = RemoteConfig(
-        url=parse_origin(remote["url"]),
-        bearer_env=remote["bearer_env"],
-        expires_at=parse_rfc3339(remote["expires_at"]),
-        session=remote["session"],
-        timeout_seconds=remote["timeout_seconds"],
-        heap_mb=remote["heap_mb"],
-        namespace=remote["namespace"],
-        worker_id=remote["worker_id"],
-    )
+    genesis_remote = remote_from_json(genesis["remote"])
     return replace(cfg, remote=genesis_remote, limits=Limits(**genesis["limits"]))

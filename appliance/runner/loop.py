@@ -154,6 +154,7 @@ class Runner:
         gate_refresh: Callable[[], None] | None = None,
         promotion_check: Callable[[str], str | None] | None = None,
         strict: bool = False,
+        check_env: Callable[[str], str | None] | None = None,
     ) -> None:
         """``gate_refresh``: asks the voters the version gate has no report from yet, on an
         operator command's thread before the command reaches the owner (issue 36);
@@ -181,6 +182,7 @@ class Runner:
             unknown_poll_s=unknown_poll_s,
             gate=gate,
             strict=strict,
+            check_env=check_env,
         )
         self._queue: queue.Queue[QueueItem] = queue.Queue(LOOP_QUEUE_MAX)
         self._pool = ThreadPoolExecutor(TASK_THREADS, thread_name_prefix="runner-task")
@@ -303,17 +305,21 @@ class Runner:
         1,024 records on the loop held every admission behind it for tens of milliseconds (and
         the Raft apply behind the lock)."""
         try:
-            return list_reply(self.node_id, self.machine.read)
+            return list_reply(self.node_id, self.machine.read, self.cfg.remote)
         except Exception as exc:  # a bug must not kill the caller's thread either
             self.log.emit("list_failed", error=repr(exc))
             return error_reply(503, "unavailable", "the runner could not render its local view")
 
-    def admit(self, binding: dict[str, Any], incarnation: str) -> tuple[int, dict[str, Any]]:
+    def admit(
+        self, binding: dict[str, Any], incarnation: str, caller: str | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """The admission route's call: (HTTP status, body); an error body is the protocol's
-        error document (``v1.error_document``)."""
+        error document (``v1.error_document``). ``caller``: the fleet worker whose own admission
+        credential was presented (issue 33)."""
         try:
             return self._call(  # type: ignore[no-any-return]
-                lambda r: AdmissionRequest(r, binding, incarnation), ADMIT_REPLY_TIMEOUT_S
+                lambda r: AdmissionRequest(r, binding, incarnation, caller),
+                ADMIT_REPLY_TIMEOUT_S,
             )
         except Exception:  # a timeout, or a failure inside the loop: a permit may exist
             return 503, v1.error_document(v1.ADMIT_UNCERTAIN_CODE, "no answer in time")
@@ -423,25 +429,31 @@ class Runner:
             heapq.heappush(self._timers, (due, next(self._seq), effect.token))
         elif isinstance(effect, DispatchRequest):
             binding, code, floor = dict(effect.binding), effect.code, effect.retained_through
+            worker = effect.worker_id
             self._spawn(
-                lambda: self.worker.execute(binding, code, retained_through=floor),
+                lambda: self._client(worker).execute(binding, code, retained_through=floor),
                 ExecAnswered,
                 effect.token,
             )
         elif isinstance(effect, ObserveRequest):
-            eid, floor = effect.execution_id, effect.retained_through
+            eid, floor, worker = effect.execution_id, effect.retained_through, effect.worker_id
             self._spawn(
-                lambda: self.worker.observe(eid, retained_through=floor),
+                lambda: self._client(worker).observe(eid, retained_through=floor),
                 ObserveAnswered,
                 effect.token,
             )
         elif isinstance(effect, CancelRequest):
-            binding = dict(effect.binding)
-            self._spawn(lambda: self.worker.cancel(binding), CancelAnswered, effect.token)
+            binding, worker = dict(effect.binding), effect.worker_id
+            self._spawn(lambda: self._client(worker).cancel(binding), CancelAnswered, effect.token)
         elif isinstance(effect, Reply):
             self._resolve(effect.request, effect.value)
         elif isinstance(effect, ReplyFailed):
             self._fail(effect.request, effect.error)
+
+    def _client(self, worker_id: str | None) -> Any:
+        """The fleet worker's client (appliance/runner/worker_pool.py), or the one worker's."""
+        for_worker = getattr(self.worker, "for_worker", None)
+        return self.worker if for_worker is None else for_worker(worker_id)
 
     def _propose(self, effect: Propose) -> None:
         """On a proposer thread: the proposal, then its outcome back to the loop. A committed

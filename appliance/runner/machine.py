@@ -46,6 +46,7 @@ from appliance.store.versions import (
     READER_VERSION_CANCELLING,
     READER_VERSION_CHARGING,
     READER_VERSION_COMMANDS,
+    READER_VERSION_FLEET,
 )
 
 T = TypeVar("T")
@@ -169,6 +170,9 @@ class Machine:
         return result
 
     def _reader_version(self) -> int | None:
+        # For good once the fleet's amendments or a placement rule are in the checkpoint.
+        if core.needs_fleet_reader(self.state):
+            return READER_VERSION_FLEET
         # For good once the checkpoint names charging rules 2: an older binary would charge it
         # by rules 1 and decide growth commands differently (appliance/core/charging.py).
         if core.needs_charging_reader(self.state):

@@ -34,7 +34,11 @@ from appliance.clock import OffsetClock, RunnerClock, ScaledClock, SystemClock
 from appliance.commands.operator import OperatorError, parse_operator
 from appliance.config.addresses import HostPort
 from appliance.config.contract import contract_digest
-from appliance.config.credentials import RunnerCredentials, resolve_runner_credentials
+from appliance.config.credentials import (
+    RunnerCredentials,
+    credential_problem,
+    resolve_runner_credentials,
+)
 from appliance.config.replication import EtcdBackend
 from appliance.config.rfc3339 import format_utc
 from appliance.config.runner import Peer, RunnerConfig, load_runner_config
@@ -46,13 +50,14 @@ from appliance.metrics import DecisionLogTee, RunnerMetrics, TimedReplication
 from appliance.owner.contract_state import remote_in_force
 from appliance.replication.etcd_member import EtcdMember
 from appliance.replication.raft_member import RaftMember
-from appliance.runner.admission import admission_server
+from appliance.runner.admission import ADMISSION_ROLE_PREFIX, admission_server
 from appliance.runner.contract_startup import ContractConflict, genesis_config, startup_contract
 from appliance.runner.drain_notice import drain_notice, open_occurrences
 from appliance.runner.logs import DecisionLog
 from appliance.runner.loop import Runner
-from appliance.runner.machine import Machine
-from appliance.runner.worker_client import WorkerClient
+from appliance.runner.machine import Accepted, Machine
+from appliance.runner.worker_pool import WorkerPool
+from appliance.secret import Secret
 from appliance.signal_wait import wait_for_stop
 from appliance.store.errors import StoreError
 from appliance.store.runner_store import RunnerStore
@@ -121,7 +126,9 @@ class RunnerProcess:
         log: DecisionLog,
         *,
         network: NetworkOverride | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        environ = {} if environ is None else environ
         self.cfg = cfg
         self.store = store
         self.log = log
@@ -140,10 +147,12 @@ class RunnerProcess:
             on_fatal=self._on_fatal,
             restore=self.machine.restore,
         )
-        # The worker URL in force (an ``amend_remote`` takes effect for the next call).
-        self.worker = WorkerClient(
-            lambda: self.machine.read(lambda st: remote_in_force(cfg.remote, st)).url.url,
-            credentials.worker,
+        # One client per worker of the fleet in force (issue 33), each at the URL in force (an
+        # ``amend_remote`` or ``add_worker`` takes effect for the next call).
+        self.worker = WorkerPool(
+            lambda: self.machine.read(lambda st: remote_in_force(cfg.remote, st)),
+            credentials,
+            environ,
             ssl_context=origin_client_context(cfg.tls),
         )
         # Event metrics (docs/operations.md): the loop's log and replication seams, wrapped.
@@ -158,22 +167,20 @@ class RunnerProcess:
             gate=self.member.capabilities.refusal,
             gate_refresh=self.member.capabilities.refresh,
             promotion_check=self._promotion_refusal,
+            # add_worker names credential variables every voter must hold (owner/fleet_args.py).
+            check_env=lambda name: credential_problem(name, environ, credentials.known_roles()),
         )
-        known = {
-            "admission": credentials.admission,
-            "cluster": credentials.cluster,
-            "worker": credentials.worker,
-            "operator": credentials.operator,
-            "recovery": credentials.recovery,
-        }
+        self._environ = environ
+        self._credentials = credentials
         self.admission = admission_server(
             self.runner.admit,
-            known,
+            self._admission_roles(),
             host=cfg.admission_addr.host,
             port=cfg.admission_addr.port,
             name=f"admission {cfg.node_id}",
             ssl_context=listener_context(cfg.tls),
         )
+        self.machine.on_applied(self._fleet_changed)
         self.management: Any = None
         if cfg.management is not None:
             from appliance.management.wiring import ManagementService
@@ -206,6 +213,37 @@ class RunnerProcess:
         name every kind the log committed (appliance/runner/committed_kinds.py)."""
         report = self.member.capabilities.report_of(learner, ask=True)
         return promotion_refusal(learner, report, self.machine.committed_kinds.required())
+
+    def _admission_roles(self) -> dict[str, Any]:
+        """Every credential this voter knows, with the own admission credential of each fleet
+        worker in force (a worker added since the start resolves it from this environment)."""
+        roles: dict[str, Any] = dict(self._credentials.known_roles())
+        remote = self.machine.read(lambda st: remote_in_force(self.cfg.remote, st))
+        for spec in remote.fleet:
+            role = f"{ADMISSION_ROLE_PREFIX}{spec.worker_id}"
+            if spec.admission_bearer_env is None or role in roles:
+                continue
+            value = self._environ.get(spec.admission_bearer_env)
+            if value:
+                roles[role] = Secret(value)
+        return roles
+
+    def _fleet_changed(self, _index: int, command: Any, result: Any) -> None:
+        """A committed fleet amendment: the admission route accepts the credentials of the
+        fleet in force from the next request on (``Machine.on_applied``, the applying thread)."""
+        if not isinstance(command, core.AddWorker | core.RemoveWorker):
+            return
+        if not isinstance(result, Accepted):
+            return
+        gate = getattr(self.admission.app, "bearer_gate", None)
+        if gate is None:
+            return
+        try:
+            roles = self._admission_roles()
+            accepted = {"admission"} | {r for r in roles if r.startswith(ADMISSION_ROLE_PREFIX)}
+            gate.replace_credentials(roles, accepted)
+        except ValueError as exc:  # a reused credential: keep the old table, say why
+            self.log.emit("admission_credentials_kept", error=str(exc))
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -315,7 +353,9 @@ def run_runner(
         _fail(stderr, f"cannot open the store in {cfg.data_dir}: {exc}")
         return 1
     try:
-        process = RunnerProcess(cfg, credentials, store, clock, log, network=network)
+        process = RunnerProcess(
+            cfg, credentials, store, clock, log, network=network, environ=environ
+        )
         in_force = process.machine.read(lambda st: remote_in_force(cfg.remote, st))
         amendment = process.machine.read(core.amendment_index)
         log.emit(

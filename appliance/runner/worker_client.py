@@ -209,10 +209,14 @@ class WorkerClient:
             return ObserveResult(None, detail=exc.reason)
         answer = _json(response.body)
         if _retired(response.status, answer, 410):
-            return ObserveResult(RETIRED_CODE, detail="at or below the floor W")
+            return ObserveResult(RETIRED_CODE, detail="at or below the floor W", answered=True)
         if response.status != 200 or answer is None or not isinstance(answer.get("status"), str):
-            return ObserveResult(None, detail=f"HTTP {response.status} {_error_code(answer)}")
-        return ObserveResult(answer["status"], answer, capacity=_capacity(answer))
+            return ObserveResult(
+                None,
+                detail=f"HTTP {response.status} {_error_code(answer)}",
+                answered=answer is not None,
+            )
+        return ObserveResult(answer["status"], answer, capacity=_capacity(answer), answered=True)
 
     def cancel(self, binding: dict[str, Any]) -> CancelResult:
         document = {"protocol": PROTOCOL_VERSION, "binding": binding}

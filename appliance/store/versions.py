@@ -54,5 +54,9 @@ READER_VERSION_COMMANDS = 4
 # first committed amendment on (amendments are never removed).
 READER_VERSION_AMENDED = 5
 READER_VERSION_CHARGING = 6
-BINARY_READER_VERSION = READER_VERSION_CHARGING
+# 7: also the fleet (issue 33): the fleet's amendments (``fleet`` in ``contract/amended``, a
+# worker list in force) and definitions with ``placement``; a binary before it would read the
+# remote as one worker and drop the placement rules.
+READER_VERSION_FLEET = 7
+BINARY_READER_VERSION = READER_VERSION_FLEET
 CURRENT_SCHEMA_VERSION = {KIND_RUNNER: RUNNER_SCHEMA_VERSION, KIND_WORKER: WORKER_SCHEMA_VERSION}

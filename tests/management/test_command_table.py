@@ -33,7 +33,15 @@ def test_every_surface_carries_exactly_the_rows_of_the_table() -> None:
     # A preview is planned, never proposed; a membership change is a Raft entry, not a command.
     assert (built - {"backfill_preview"}) | MEMBERSHIP_ACTIONS == MUTATIONS
     assert {"acknowledge_stopped"} == RECOVERY_ACTIONS
-    assert {"renew_grant", "amend_remote", "amend_limits"} == AMENDMENT_ACTIONS
+    assert {
+        "renew_grant",
+        "amend_remote",
+        "amend_limits",
+        "add_worker",
+        "drain_worker",
+        "undrain_worker",
+        "remove_worker",
+    } == AMENDMENT_ACTIONS
     assert {"add_voter", "promote_voter", "remove_voter"} == MEMBERSHIP_ACTIONS
     assert AMENDMENT_ACTIONS | MEMBERSHIP_ACTIONS == ADMIN_ACTIONS
     everything = frozenset(COMMANDS)

@@ -135,19 +135,32 @@ class Voter:
 
 
 class Worker:
-    def __init__(self, root: Path, port: int, admission_ports: list[int]) -> None:
-        self.config = root / "worker.json"
-        self.log = root / "worker.log"
+    def __init__(
+        self,
+        root: Path,
+        port: int,
+        admission_ports: list[int],
+        worker_id: str = "worker-1",
+        engine: dict[str, int] | None = None,
+    ) -> None:
+        # The first worker keeps the names of before the fleet (issue 33): worker.json, …
+        stem = "worker" if worker_id == "worker-1" else worker_id
+        self.worker_id = worker_id
+        self.config = root / f"{stem}.json"
+        self.log = root / f"{stem}.log"
+        self.data_dir = root / f"{stem}-data"
         self.port = port
         doc = {
             "namespace": "ns-test",
-            "worker_id": "worker-1",
-            "data_dir": str(root / "worker-data"),
+            "worker_id": worker_id,
+            "data_dir": str(self.data_dir),
             "bearer_env": "RUNNER_WORKER_TOKEN",
             "admission_bearer_env": "RUNNER_ADMISSION_TOKEN",
             "admission_urls": [f"http://127.0.0.1:{p}" for p in admission_ports],
             "listen_addr": f"127.0.0.1:{port}",
         }
+        if engine is not None:
+            doc["engine"] = engine
         self.config.write_text(json.dumps(doc))
         self.proc: subprocess.Popen[str] | None = None
 
@@ -203,15 +216,21 @@ class Cluster:
         replication: dict[str, Any] | None = None,
         expires_at: str = "2099-01-01T00:00:00Z",
         spare: int = 0,
+        fleet: list[dict[str, str]] | None = None,
+        worker_engine: dict[str, int] | None = None,
     ) -> None:
+        """``fleet``: one labels object per worker of a fleet (issue 33: ``remote.workers``,
+        worker-1 … worker-N); absent, the one worker of ``remote.url`` as before."""
         self.root = root
         # ``spare`` nodes that may join later (``joiner``): ports now, so the worker knows their
         # admission routes from the start.
         ids = [f"v{i}" for i in range(1, size + spare + 1)]
-        ports = free_ports(2 * len(ids) + 1)
+        worker_count = len(fleet) if fleet else 1
+        ports = free_ports(2 * len(ids) + worker_count)
         cluster_ports = dict(zip(ids, ports[: len(ids)], strict=True))
         self.admission_ports = dict(zip(ids, ports[len(ids) : 2 * len(ids)], strict=True))
-        worker_port = ports[-1]
+        worker_ports = ports[2 * len(ids) :]
+        worker_port = worker_ports[0]
         self._spare = ids[size:]
         ids = ids[:size]
         self.genesis = list(ids)
@@ -247,6 +266,17 @@ class Cluster:
                     "worker_id": "worker-1",
                 },
             }
+            if fleet:
+                remote = doc["remote"]
+                del remote["url"], remote["worker_id"]
+                remote["workers"] = [
+                    {
+                        "worker_id": f"worker-{j + 1}",
+                        "url": f"http://127.0.0.1:{port}",
+                        "labels": lab,
+                    }
+                    for j, (port, lab) in enumerate(zip(worker_ports, fleet, strict=True))
+                ]
             if raft is not None and not on_etcd:
                 doc["raft"] = raft
             if replication is not None:
@@ -261,7 +291,13 @@ class Cluster:
             self.voters[node_id] = Voter(node_id, config, root / f"{node_id}.log", time_scale)
         self.cluster_ports = cluster_ports
         self.time_scale = time_scale
-        self.worker = Worker(root, worker_port, list(self.admission_ports.values()))
+        self.workers = [
+            Worker(
+                root, port, list(self.admission_ports.values()), f"worker-{j + 1}", worker_engine
+            )
+            for j, port in enumerate(worker_ports)
+        ]
+        self.worker = self.workers[0]
         self.with_worker = worker
 
     def joiner(self, template: str = "v1") -> Voter:
@@ -287,7 +323,8 @@ class Cluster:
 
     def start(self) -> Cluster:
         if self.with_worker:
-            self.worker.start()
+            for each in self.workers:
+                each.start()
         for voter in self.voters.values():
             voter.start()
         return self
@@ -296,7 +333,8 @@ class Cluster:
         for voter in self.voters.values():
             with contextlib.suppress(Exception):
                 voter.terminate()
-        self.worker.stop()
+        for each in self.workers:
+            each.stop()
 
     def owner(self, exclude: tuple[str, ...] = ()) -> Voter:
         """The voter whose ``status`` identifies acquired ownership (waits for one)."""

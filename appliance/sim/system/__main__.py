@@ -1,4 +1,4 @@
-"""``python -m appliance.sim.system --seeds N [--start S] [--verbose]``.
+"""``python -m appliance.sim.system --seeds N [--start S] [--fleet] [--verbose]``.
 
 Runs N consecutive seeds of the whole-system simulator (appliance/sim/system/world.py); every
 failure prints its seed, the rule it broke and the command that replays it. The last line sums
@@ -57,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the burst profile (issue 17): this many every-minute schedules (at most 4), so "
         "occurrences fall due together and wait in the engine's queue",
     )
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="the fleet profile (issue 33): each seed runs 1-4 workers, with worker crashes, "
+        "partitions between voters and single workers, and drains",
+    )
     parser.add_argument("--time-scale", type=float, default=SystemOptions.time_scale)
     parser.add_argument("--verbose", action="store_true", help="print one line per seed")
     parser.add_argument(
@@ -74,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         records=args.records,
         schedules=args.schedules,
         time_scale=args.time_scale,
+        fleet=args.fleet,
     )
     started = time.monotonic()
     failures = 0
@@ -85,6 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             totals[name] += getattr(result, name)
         for name in ("worker_crashes", "power_losses", "worker_pruned"):
             totals[name] += getattr(result, name)
+        if args.fleet:
+            totals[f"fleet_of_{result.workers}"] += 1
+            for name, count in result.reached.items():  # the fleet at work (issue 33)
+                if name.startswith("fleet:"):
+                    totals[name] += count
+
         for name in ("exec_replayed", "exec_retired", "observe_retired", "loop_error"):
             totals[name] += result.reached.get(name, 0)
         totals["unknown_with_permit"] += result.unknown_with_permit
@@ -114,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--safety-ms {args.safety_ms} --liveness-ms {options.liveness_ms}"
                 f"{f' --records {args.records}' if args.records else ''}"
                 f"{f' --schedules {args.schedules}' if args.schedules != 1 else ''}"
+                f"{' --fleet' if args.fleet else ''}"
                 f" --time-scale {args.time_scale:g}"
                 f"{' --allow-unknown-without-permit' if args.allow_unknown_without_permit else ''}"
                 f"{' --lenient' if args.lenient else ''}"

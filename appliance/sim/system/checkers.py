@@ -22,6 +22,9 @@ granted, and every launch the engines saw. Each rule is checked where it can fir
   this incarnation, only after the consume is durable on the worker's disk, only before the
   grant expires by the worker's clock, and never for an attempt the log already moved past or
   cancelled;
+- with a fleet (issue 33): the launch rules above hold across workers (one launch per
+  invocation, whichever worker), each worker is paced by its own statements, and at the end no
+  invocation is consumed in more than one worker's durable store;
 - at the end (after the liveness phase): every occurrence is terminal, ``Unknown`` or
   ``Cancelling``; every replica is byte-identical to the reference; every committed schedule is
   still there. The run also counts ``Unknown`` occurrences with and without a committed permit
@@ -60,6 +63,7 @@ RULE_CREATED_CODE = "a claim binds the code its occurrence was created with"
 RULE_RETENTION_FLOOR = "the floor W stated to the worker is the committed state's"
 RULE_PACED = "a paced owner sends no more than the worker takes"
 RULE_OWNER_RAISED = "no exception inside an owner"
+RULE_ONE_WORKER = "an invocation is consumed on at most one worker, ever"
 RULE_NO_RETRY = (
     "Unknown is never retried (only an engine-confirmed failure starts the next attempt)"
 )
@@ -269,8 +273,11 @@ class Ledger:
         self.launches[eid] = incarnation
 
     def engine_status(self, eid: str) -> str | None:
-        incarnation = self.launches.get(eid)
-        engine = self.sim.worker.engines.get(incarnation or "")
+        incarnation = self.launches.get(eid) or ""
+        engine = next(
+            (w.engines[incarnation] for w in self.sim.workers.values() if incarnation in w.engines),
+            None,
+        )
         if engine is None:
             return None
         status = engine.runs().get(eid)
@@ -279,6 +286,10 @@ class Ledger:
         return status
 
     # -- the liveness phase and the end --
+
+    def draining(self) -> list[str]:
+        """The workers a committed drain_worker holds back from new placements (issue 33)."""
+        return core.fleet_state(self.reference.state)["draining"]
 
     def schedule_disabled(self) -> bool:
         schedules = self.reference.state.schedules
@@ -323,6 +334,12 @@ class Ledger:
         for sid in self.schedules_seen:
             if sid not in self.reference.state.schedules:
                 raise Violation("no committed schedule lost", f"schedule {sid} is gone")
+        consumed: Counter[tuple[int, int, int]] = Counter()
+        for worker in self.sim.workers.values():  # issue 33: across the fleet
+            consumed.update(_consumed_keys(worker.disk))
+        twice = sorted(key for key, n in consumed.items() if n > 1)
+        if twice:
+            raise Violation(RULE_ONE_WORKER, f"consumed on more than one worker: {twice[:4]}")
         ends = self.end_states()
         for record in self.reference.state.occurrences.values():
             if record.state.value not in ends:
@@ -344,32 +361,46 @@ class Ledger:
         more attempts in flight at the worker than the worker said it takes, or the worker's
         latest statement still had room for every exec not answered since. (Attempts it
         re-observes after a takeover were sent by an earlier owner and may exceed it.)"""
-        if not any(getattr(e, "event", None) == "capacity_send" for e in effects):
-            return
-        pacing = owner.pacing
+        sent = {
+            e.fields.get("worker") for e in effects if getattr(e, "event", None) == "capacity_send"
+        }
+        # Each worker of the fleet is paced by what it said itself (issue 33).
+        for worker in sorted(w for w in sent if w is not None) or ([None] if sent else []):
+            self._check_paced(owner, worker)
+
+    def _check_paced(self, owner: Any, worker: str | None) -> None:
+        pacing = owner.pacing_for(worker)
         if pacing.mode == PACING_PROBE:
-            if owner.execs_outstanding() > 1:
+            if owner.execs_outstanding(worker) > 1:
                 raise Violation(RULE_PACED, f"{owner.node_id}: more than one probe unanswered")
             return
         window = pacing.window()
-        in_flight = owner.in_flight()
+        in_flight = owner.in_flight(worker)
         capacity = pacing.capacity
         stated = (
             None
             if capacity is None
-            else capacity.free_slots + capacity.queue_room - owner.execs_outstanding()
+            else capacity.free_slots + capacity.queue_room - owner.execs_outstanding(worker)
         )
         if window is not None and in_flight > window and (stated is None or stated < 0):
             raise Violation(
                 RULE_PACED,
-                f"{owner.node_id}: {in_flight} in flight, the worker takes {window}, "
-                f"{owner.waiting_for_capacity()} waiting",
+                f"{owner.node_id}: {in_flight} in flight at {worker}, it takes {window}, "
+                f"{owner.waiting_for_capacity(worker)} waiting",
             )
 
     def on_decision(self, event: str, fields: Any) -> None:
-        """Count the decisions that show pacing at work (``reached``)."""
+        """Count the decisions that show pacing and the fleet at work (``reached``)."""
         if event in ("capacity_wait", "capacity_send", "dispatch_not_dispatched"):
             self.events[f"pacing:{event}"] += 1
+        elif event in (
+            "worker_unreachable",
+            "worker_reachable",
+            "unreachable_fenced",
+            "placement_wait",
+            "placement_found",
+        ):
+            self.events[f"fleet:{event}"] += 1
         elif event == "loop_error":  # only a lenient run gets here: a strict one fails at once
             self.events["loop_error"] += 1
 
@@ -398,6 +429,15 @@ def _epoch(state: Any) -> int:
 def _key_of(eid: str) -> tuple[int, int, int]:
     s, o, a = eid.split("-")
     return int(s[1:]), int(o[1:]), int(a[1:])
+
+
+def _consumed_keys(disk: MemoryDisk) -> set[tuple[int, int, int]]:
+    """Every invocation the worker's durable store consumed (its disk, however it crashed)."""
+    return {
+        tuple(stored_key[1:])  # type: ignore[misc]
+        for stored_key, body in disk.synced["invocations"].items()
+        if body.get("consumed")
+    }
 
 
 def _consumed_durably(disk: MemoryDisk, key: tuple[int, int, int], incarnation: str) -> bool:

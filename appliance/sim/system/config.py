@@ -28,6 +28,7 @@ ADMISSION_ROUTE_MS_MAX: Final = 10_000  # the route answers 503 "uncertain" past
 NAMESPACE: Final = "sim"
 WORKER_ID: Final = "worker-1"
 WORKER: Final = "worker"
+FLEET_WORKERS_MAX: Final = 4  # the fleet profile's largest fleet
 CODE: Final = "console.log('tick')"
 BEARER: Final = Secret("sim-bearer")
 LIMITS: Final = Limits(schedules=4, records=256, outstanding=64, running=16)
@@ -64,6 +65,9 @@ class SystemOptions:
     # Burst profile (issue 17): this many copies of the every-minute schedule, so that several
     # occurrences fall due at once and wait in the engine's queue. 1: every seed as before.
     schedules: int = 1
+    # Fleet profile (issue 33): each seed runs 1-4 workers (its own draw), with worker crashes,
+    # partitions between voters and single workers, and drains. False: one worker, as before.
+    fleet: bool = False
 
 
 def liveness_ms_for(schedules: int) -> int:
@@ -99,6 +103,7 @@ class SystemResult:
     voter_crashes: int = 0
     worker_crashes: int = 0
     power_losses: int = 0
+    workers: int = 1  # the fleet's size in this seed
     log_entries: int = 0
     retained_through: int = 0  # the reference replica's W at the end
     worker_pruned: int = 0  # invocation records the worker pruned (retention profile)

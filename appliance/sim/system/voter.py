@@ -237,14 +237,21 @@ class Voter:
             self._read_barrier(effect.token)
         elif isinstance(effect, ev.DispatchRequest):
             document = {"protocol": 1, "binding": dict(effect.binding), "code": effect.code}
-            sim.worker_call(self, "exec", document, effect.token, effect.retained_through)
+            sim.worker_call(
+                self, "exec", document, effect.token, effect.retained_through, effect.worker_id
+            )
         elif isinstance(effect, ev.ObserveRequest):
             sim.worker_call(
-                self, "observe", effect.execution_id, effect.token, effect.retained_through
+                self,
+                "observe",
+                effect.execution_id,
+                effect.token,
+                effect.retained_through,
+                effect.worker_id,
             )
         elif isinstance(effect, ev.CancelRequest):
             document = {"protocol": 1, "binding": dict(effect.binding)}
-            sim.worker_call(self, "cancel", document, effect.token)
+            sim.worker_call(self, "cancel", document, effect.token, None, effect.worker_id)
         elif isinstance(effect, ev.SetTimer):
             delay_ms = max(0, int(effect.delay_s * 1000))
             sim.at(delay_ms, lambda: self._fire(incarnation, effect.token))

@@ -39,8 +39,9 @@ class StepCrash:
 
 
 class WorkerProcess:
-    def __init__(self, sim: SystemSim) -> None:
+    def __init__(self, sim: SystemSim, worker_id: str = WORKER_ID) -> None:
         self.sim = sim
+        self.worker_id = worker_id
         self.disk = MemoryDisk()
         self.clock = Clock(sim)
         self.generation = 0
@@ -56,7 +57,9 @@ class WorkerProcess:
 
     @property
     def incarnation(self) -> str:
-        return f"inc-{self.generation}"
+        # Incarnations are distinct across the fleet, as a real worker's uuid4 is.
+        prefix = "" if self.worker_id == WORKER_ID else f"{self.worker_id}-"
+        return f"{prefix}inc-{self.generation}"
 
     def start(self) -> None:
         sim = self.sim
@@ -87,7 +90,7 @@ class WorkerProcess:
             None,  # type: ignore[arg-type]  # the simulation drives permit_pass itself
         )
         self.core = LaunchCore(
-            settings=LaunchSettings(NAMESPACE, WORKER_ID, EngineSettings()),
+            settings=LaunchSettings(NAMESPACE, self.worker_id, EngineSettings()),
             store=self.store,
             engine=self.engine,
             clock=self.clock,
@@ -121,7 +124,7 @@ class WorkerProcess:
             return fn()
         except ProcessCrash:
             self.crash(power_loss=self.sim.rng.random() < 0.3)
-            self.sim.schedule_restart_worker()
+            self.sim.schedule_restart_worker(self)
             return None
 
     # -- the routes --
@@ -195,7 +198,7 @@ class WorkerProcess:
         def ask(request: tuple[str, bytes]) -> None:
             url, body = request
             voter = url.split("//")[1].split(":")[0]
-            sim.admit_call(voter, json.loads(body), on_reply)
+            sim.admit_call(voter, json.loads(body), on_reply, self.worker_id)
 
         def on_reply(answer: Response | ConnectFailed | AmbiguousSend) -> None:
             core = self.core

@@ -43,7 +43,7 @@ from typing import Any
 
 from appliance.commands.operator import parse_operator
 from appliance.config.addresses import HostPort
-from appliance.config.runner import Peer, RemoteConfig, RunnerConfig
+from appliance.config.runner import Peer, RemoteConfig, RunnerConfig, WorkerSpec
 from appliance.config.urls import Origin
 from appliance.core.definition import parse_definition
 from appliance.http.client import AmbiguousSend, ConnectFailed, Response
@@ -62,6 +62,7 @@ from appliance.sim.system.config import (
     DEFINITION,
     EXEC_TIMEOUT_MS,
     FAULT_EVERY_MS_MAX,
+    FLEET_WORKERS_MAX,
     LIMITS,
     LINK_MS,
     NAMESPACE,
@@ -119,13 +120,22 @@ class SystemSim:
         self.engine_queue = random.Random(f"queue-{seed}").choice((0, 0, 2, 8))
         self.voter_ids = [f"voter-{chr(ord('a') + i)}" for i in range(options.voters)]
         self.voters = {vid: Voter(self, vid) for vid in self.voter_ids}
-        self.worker = WorkerProcess(self)
+        # The fleet profile (issue 33): 1-4 workers, drawn from a source of its own so the rest
+        # of the seed's faults stay what they were.
+        count = (
+            random.Random(f"workers-{seed}").randint(1, FLEET_WORKERS_MAX) if options.fleet else 1
+        )
+        self.worker_ids = [WORKER_ID, *(f"worker-{j}" for j in range(2, count + 1))]
+        self.workers = {wid: WorkerProcess(self, wid) for wid in self.worker_ids}
+        self.worker = self.workers[WORKER_ID]
+        self.result.workers = count
         self.ledger = Ledger(self, self.limits, strict_unknown=options.strict_unknown)
         self.read_ids = 0
         self.request_ids = 0
         self.admission_answers: dict[int, Callable[[int, dict[str, Any]], None]] = {}
         self.operator_replies: dict[int, Any] = {}
-        self.worker_blocked: set[str] = set()  # voters cut off from the worker
+        # voters cut off from each worker (a partition between voters and single workers)
+        self.worker_blocked: dict[str, set[str]] = {}
         self.definitions = tuple(
             parse_definition(
                 {**DEFINITION, "name": f"{DEFINITION['name']}-{i}" if i else DEFINITION["name"]},
@@ -144,15 +154,19 @@ class SystemSim:
     # -- configuration --
 
     def runner_config(self, node_id: str) -> RunnerConfig:
+        fleet = len(self.worker_ids) > 1
         remote = RemoteConfig(
-            url=Origin("http", WORKER, 9000),
+            url=None if fleet else Origin("http", WORKER, 9000),
             bearer_env="SIM_BEARER",
             expires_at=datetime.fromtimestamp(self.expires_at_s, UTC),
             session="sim",
             timeout_seconds=self.options.timeout_seconds,
             heap_mb=64,
             namespace=NAMESPACE,
-            worker_id=WORKER_ID,
+            worker_id=None if fleet else WORKER_ID,
+            workers=tuple(WorkerSpec(wid, Origin("http", wid, 9000)) for wid in self.worker_ids)
+            if fleet
+            else (),
         )
         return RunnerConfig(
             node_id=node_id,
@@ -191,7 +205,8 @@ class SystemSim:
         try:
             for voter in self.voters.values():
                 voter.start()
-            self.worker.start()
+            for worker in self.workers.values():
+                worker.start()
             if self.faulty:
                 self.at(self.rng.randint(1, FAULT_EVERY_MS_MAX), self._fault)
             self.at(self.rng.randint(1, OPERATOR_EVERY_MS_MAX), self._operator)
@@ -229,9 +244,12 @@ class SystemSim:
                 victim.crash()
                 self.schedule_restart(victim)
         elif roll < 0.6:
-            if self.worker.up and rng.random() < 0.3:
-                self.worker.crash(power_loss=rng.random() < 0.4)
-                self.schedule_restart_worker()
+            worker = (
+                self.worker if len(self.workers) == 1 else rng.choice(list(self.workers.values()))
+            )
+            if worker.up and rng.random() < 0.3:
+                worker.crash(power_loss=rng.random() < 0.4)
+                self.schedule_restart_worker(worker)
         elif roll < 0.8:
             clock = rng.choice([v.clock for v in self.voters.values()] + [self.worker.clock])
             clock.offset_ms += rng.choice((-1, 1)) * rng.randint(100, 5_000)
@@ -239,7 +257,7 @@ class SystemSim:
 
     def _repartition(self) -> None:
         self.net.heal()
-        self.worker_blocked.clear()
+        self.worker_blocked = {}
         ids = list(self.voter_ids)
         shape = self.rng.choice(("heal", "isolate", "one_way", "split", "worker"))
         if shape == "isolate":
@@ -253,7 +271,10 @@ class SystemSim:
             cut = self.rng.randint(1, len(ids) - 1)
             self.net.split(ids[:cut], ids[cut:])
         elif shape == "worker":
-            self.worker_blocked = set(self.rng.sample(ids, self.rng.randint(1, len(ids))))
+            blocked = set(self.rng.sample(ids, self.rng.randint(1, len(ids))))
+            # With a fleet, the cut is between those voters and a single worker.
+            target = WORKER_ID if len(self.workers) == 1 else self.rng.choice(self.worker_ids)
+            self.worker_blocked = {target: blocked}
 
     def schedule_restart(self, voter: Voter) -> None:
         def restart() -> None:
@@ -262,37 +283,50 @@ class SystemSim:
 
         self.at(self.rng.randint(200, 4_000), restart)
 
-    def schedule_restart_worker(self) -> None:
+    def schedule_restart_worker(self, worker: WorkerProcess | None = None) -> None:
+        process = self.worker if worker is None else worker
+
         def restart() -> None:
-            if not self.worker.up:
-                self.worker.start()
+            if not process.up:
+                process.start()
 
         self.at(self.rng.randint(200, 4_000), restart)
+
+    def blocked(self, worker_id: str | None) -> set[str]:
+        """The voters cut off from ``worker_id`` now."""
+        return self.worker_blocked.get(worker_id or WORKER_ID, set())
 
     def _heal(self) -> None:
         self.faulty = False
         self._liveness = True
         self.net = FakeNetwork(FaultSettings(), self.rng)
         self.worker_loss = 0.0
-        self.worker_blocked.clear()
+        self.worker_blocked = {}
         for voter in self.voters.values():
             voter.clock.offset_ms = 0
             if not voter.up:
                 voter.start()
-        self.worker.clock.offset_ms = 0
-        if not self.worker.up:
-            self.worker.start()
+        for worker in self.workers.values():
+            worker.clock.offset_ms = 0
+            if not worker.up:
+                worker.start()
         self.at(self.rng.randint(1_000, 5_000), self._disable)
 
     def _disable(self) -> None:
         """The liveness phase resumes scheduling and stops new slots, so the work can settle."""
         paused = self.ledger.paused()
+        draining = self.ledger.draining()
+        owners = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
+        if owners and draining:
+            # The fleet settles only if its drained workers take work again (a drained fleet
+            # leaves Pending occurrences waiting, visibly, for a worker).
+            self._send(owners[0], {"action": "undrain_worker", "worker_id": draining[0]})
         if self.ledger.schedule_disabled() and not paused:
             # Look again later: an operator command of the safety phase still in flight (an
             # enable, a resume) may commit after this and schedule slots again.
             self.at(2_000, self._disable)
             return
-        leaders = [v for v in self.voters.values() if v.owner is not None and v.owner.epoch]
+        leaders = owners
         if leaders:
             self.request_ids += 1
             schedules = self.ledger.reference.state.schedules
@@ -350,6 +384,11 @@ class SystemSim:
             self.code_versions += 1
             code = f"{CODE} // v{self.code_versions}"
             return {"action": "update", "id": schedule_id, "code": code}
+        if len(self.workers) > 1 and rng.random() < 0.5:
+            # The fleet profile: drain a worker (live attempts finish there), or undrain one.
+            worker_id = rng.choice(self.worker_ids)
+            action = "undrain_worker" if worker_id in self.ledger.draining() else "drain_worker"
+            return {"action": action, "worker_id": worker_id}
         if rng.random() < 0.5:
             return {"action": "disable", "id": schedule_id}
         return {"action": "enable", "id": schedule_id, "catch_up": rng.random() < 0.3}
@@ -373,9 +412,12 @@ class SystemSim:
         payload: Any,
         token: int,
         retained_through: int | None = None,
+        worker_id: str | None = None,
     ) -> None:
-        """One request of the runner's WorkerClient: delivered, timed out or refused;
-        ``retained_through`` is the floor W the request carries (its query parameter)."""
+        """One request of the runner's WorkerClient to ``worker_id`` (the fleet's first when
+        None): delivered, timed out or refused; ``retained_through`` is the floor W the request
+        carries (its query parameter)."""
+        worker = self.workers.get(worker_id or WORKER_ID)
         incarnation = voter.incarnation
         done = {"answered": False}
         timeout_ms = {"exec": EXEC_TIMEOUT_MS, "observe": OBSERVE_TIMEOUT_MS}.get(
@@ -388,7 +430,7 @@ class SystemSim:
             done["answered"] = True
             voter.feed(_worker_answer(route, token, payload, outcome))
 
-        if voter.id in self.worker_blocked or not self.worker.up:
+        if worker is None or voter.id in self.blocked(worker_id) or not worker.up:
             self.at(CONNECT_FAIL_MS, lambda: answer(ConnectFailed("sim", "connection refused")))
             return
         self.at(timeout_ms, lambda: answer(AmbiguousSend("sim", "read timed out")))
@@ -397,18 +439,20 @@ class SystemSim:
 
         def deliver() -> None:
             def reply(result: Answer | None) -> None:
-                if result is None or self._lost() or voter.id in self.worker_blocked:
+                if result is None or self._lost() or voter.id in self.blocked(worker_id):
                     return  # no answer: the runner's read times out
                 response = Response(result.status, (), _json_bytes(result.body))
                 self.at(self._link_ms(), lambda: answer(response))
 
-            self.worker.handle(route, payload, reply, retained_through)
+            worker.handle(route, payload, reply, retained_through)
             if route == "exec" and self.replay_rate and self.faulty:
-                self._maybe_replay(payload, retained_through)
+                self._maybe_replay(worker, payload, retained_through)
 
         self.at(self._link_ms(), deliver)
 
-    def _maybe_replay(self, payload: Any, retained_through: int | None) -> None:
+    def _maybe_replay(
+        self, worker: WorkerProcess, payload: Any, retained_through: int | None
+    ) -> None:
         """The retention profile's fault: the same exec reaches the worker again later (a
         duplicated request; its answer goes nowhere). After the worker pruned the invocation
         it must still never launch it twice (docs/worker.md "Retention")."""
@@ -416,9 +460,9 @@ class SystemSim:
             return
 
         def replay() -> None:
-            if self.worker.up:
+            if worker.up:
                 self.ledger.events["exec_replayed"] += 1
-                self.worker.handle("exec", payload, lambda _answer: None, retained_through)
+                worker.handle("exec", payload, lambda _answer: None, retained_through)
 
         self.at(self.rng.randint(1_000, 60_000), replay)
 
@@ -427,8 +471,9 @@ class SystemSim:
         voter_id: str,
         document: Any,
         on_reply: Callable[[Response | ConnectFailed | AmbiguousSend], None],
+        worker_id: str = WORKER_ID,
     ) -> None:
-        """One POST of the worker's permit pass to one voter's admission route."""
+        """One POST of ``worker_id``'s permit pass to one voter's admission route."""
         voter = self.voters[voter_id]
         done = {"answered": False}
 
@@ -437,7 +482,7 @@ class SystemSim:
                 done["answered"] = True
                 on_reply(outcome)
 
-        if voter_id in self.worker_blocked or not voter.up:
+        if voter_id in self.blocked(worker_id) or not voter.up:
             self.at(CONNECT_FAIL_MS, lambda: answer(ConnectFailed("sim", "connection refused")))
             return
         self.at(ADMIT_TIMEOUT_MS, lambda: answer(AmbiguousSend("sim", "read timed out")))
