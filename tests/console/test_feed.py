@@ -255,12 +255,13 @@ def test_following_is_bounded() -> None:
 
 
 def test_the_hub_numbers_messages_and_replays_what_a_stream_missed() -> None:
-    sent: list[tuple[bytes, int | None]] = []
-    hub = EventHub(lambda message, oid: sent.append((message, oid)))
+    sent: list[tuple[bytes, int | None, int | None]] = []
+    hub = EventHub(lambda message, oid, event_id: sent.append((message, oid, event_id)))
     hub.publish(FeedEvent("change", {"n": 1}))
     hub.publish(FeedEvent("output", {"n": 2}, occurrence_id=7))
     hub.publish(FeedEvent("change", {"n": 3}))
-    assert hub.last_id == 3 and sent[0][0] == sse_message("change", {"n": 1}, 1)
+    assert hub.last_id == 3 and sent[0] == (sse_message("change", {"n": 1}, 1), None, 1)
+    assert [event_id for _, _, event_id in sent] == [1, 2, 3]
     assert hub.replay(1, follow=None) == [sse_message("change", {"n": 3}, 3)]
     assert hub.replay(1, follow=7) == [
         sse_message("output", {"n": 2}, 2),
@@ -270,8 +271,19 @@ def test_the_hub_numbers_messages_and_replays_what_a_stream_missed() -> None:
     assert hub.replay(99, follow=None) is None  # an id from before a restart: reload
 
 
+def test_a_new_stream_opens_with_what_it_missed_and_the_id_it_reaches_to() -> None:
+    hub = EventHub(lambda message, oid, event_id: None)
+    assert hub.opening(None, follow=None) == ([], 0)  # from now: nothing to replay
+    hub.publish(FeedEvent("change", {"n": 1}))
+    hub.publish(FeedEvent("output", {"n": 2}, occurrence_id=7))
+    assert hub.opening(None, follow=7) == ([], 2)
+    assert hub.opening(1, follow=7) == ([sse_message("output", {"n": 2}, 2)], 2)
+    assert hub.opening(1, follow=8) == ([], 2)  # another occurrence's output is not its news
+    assert hub.opening(5, follow=None) == (None, 2)  # from before a restart: reload
+
+
 def test_the_replay_window_is_bounded() -> None:
-    hub = EventHub(lambda message, oid: None)
+    hub = EventHub(lambda message, oid, event_id: None)
     for n in range(REPLAY_EVENTS_MAX + 10):
         hub.publish(FeedEvent("change", {"n": n}))
     assert hub.replay(5, follow=None) is None  # it left the window
