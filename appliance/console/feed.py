@@ -257,6 +257,7 @@ class ChangeFeedSource:
                 "execution_id": execution_id,
                 "offset": offset,
                 "text": piece,
+                "bytes": output.get("bytes") if isinstance(output.get("bytes"), int) else None,
                 "truncated": bool(output.get("truncated")),
                 "final": final,
                 "status": report.get("status"),

@@ -207,8 +207,10 @@ def test_followed_output_is_sent_as_it_grows_then_final_and_then_not_asked_again
         wait_for(
             lambda: [e for e in got if e.event == "output" and e.data["final"]], "the end", 10.0
         )
-        pieces = [(e.data["offset"], e.data["text"]) for e in got if e.event == "output"]
-        assert pieces == [(0, "one\n"), (4, "two\n")]
+        pieces = [
+            (e.data["offset"], e.data["text"], e.data["bytes"]) for e in got if e.event == "output"
+        ]
+        assert pieces == [(0, "one\n", 4), (4, "two\n", 8)]
         assert all(
             e.occurrence_id == 1 and e.data["execution_id"] == eid
             for e in got

@@ -87,12 +87,21 @@
       if (!(end <= held && pre.textContent.startsWith(data.text))) {
         pre.textContent = data.text;
         pre.dataset.chars = String(end);
+        showCount(data);
       }
     } else if (end > held) {
       pre.append(piece.slice(held - data.offset).join(""));
       pre.dataset.chars = String(end);
+      showCount(data);
     }
     if (data.final) soon();
+  }
+
+  function showCount(data) {
+    const count = document.getElementById("output-live-count");
+    if (count && typeof data.bytes === "number") {
+      count.textContent = data.bytes + " bytes" + (data.truncated ? ", truncated" : "");
+    }
   }
 
   renderTimes(document);
