@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
+from tests.console.chromium import browser_context, require_chromium
 from tests.console.processes import CONSOLE_TOKEN, OPERATOR_TOKEN, Voter, job, running
 from tests.support import wait_for
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 WAIT_S = 60.0
 WAIT_MS = 60_000
 AWAIT_MS = 3000
@@ -137,23 +137,9 @@ def test_follow_prints_the_first_line_while_the_attempt_still_runs(voter: Voter)
 
 @pytest.fixture(scope="module")
 def chromium(voter: Voter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    if not os.path.exists(CHROMIUM):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs chromium and chromium-driver")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium chromium-driver)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    from tests.console.test_browser import CHROMIUM_ARGS
-
-    profile = tmp_path_factory.mktemp("chromium-live-output")
-    with sync_api.sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(profile), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    require_chromium()
+    with browser_context(tmp_path_factory.mktemp("chromium-live-output"), WAIT_MS) as context:
+        yield context
 
 
 def test_the_occurrence_page_shows_the_first_line_while_the_attempt_still_runs(

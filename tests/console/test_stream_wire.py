@@ -12,11 +12,13 @@ import http.client
 import re
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from appliance.core import state as core
+from tests.console.chromium import browser_context, require_chromium
 from tests.console.inprocess import TOKEN, Served, serve
 from tests.console.state_samples import T0, definition
 from tests.console.wire import StrictReader
@@ -109,3 +111,47 @@ def test_a_stream_ends_at_its_lifetime_with_the_last_chunk_and_closes(served: Se
         assert reader.ended and reader.closed
     wait_for(lambda: served.parts.pusher.counts.ended_cleanly == 1, "a clean end", WAIT_S)
     assert served.parts.pusher.counts.cut == 0
+
+
+@pytest.fixture
+def lasting() -> Iterator[Served]:
+    running = serve()  # streams live as long as the page: no reconnects during the test
+    yield running
+    running.stop()
+
+
+def test_in_chromium_commits_racing_every_streams_answer_cause_no_console_error(
+    lasting: Served, tmp_path: Path
+) -> None:
+    """The browser test's failure, reproduced on purpose: before the fix, Chromium logged
+    'Failed to load resource: net::ERR_INVALID_CHUNKED_ENCODING' for /events here."""
+    require_chromium()
+    served = lasting
+    hub = served.parts.hub
+    opening = hub.opening
+    made: list[int] = []
+
+    def opening_then_a_commit(after: int | None, follow: int | None) -> Any:
+        first = opening(after, follow)
+        made.append(len(made) + 1)
+        served.commit(core.CreateSchedule(definition(f"raced-{len(made)}"), T0))
+        wait_for(
+            lambda: any(s.early for s in served.parts.pusher._streams()),
+            "the commit held for the stream being answered",
+            WAIT_S,
+        )
+        return first
+
+    hub.opening = opening_then_a_commit  # type: ignore[method-assign]
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    with browser_context(tmp_path / "profile", extra_http_headers=headers) as context:
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda exc: errors.append(f"uncaught: {exc}"))
+        for query in ("", "?sort=name", "?order=desc"):
+            page.goto(f"http://127.0.0.1:{served.port}/schedules{query}")
+            page.wait_for_selector("#live-status.on")  # its stream is open: the commit was made
+            raced = f"raced-{len(made)}"
+            page.wait_for_selector(f"table.schedules a:has-text('{raced}')")  # pushed, shown
+        assert len(made) == 3 and errors == []
