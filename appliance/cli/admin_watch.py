@@ -12,8 +12,9 @@ safe to repeat: a request that fails is asked again (of the next endpoint) after
 - ``output OCC --follow`` prints the latest attempt's console output as it grows, each finished
   attempt's result (value or error, timings) as the output route does, and ends when the
   occurrence is terminal: exit 0 when it Succeeded, 1 otherwise (Failed, Cancelled, Unknown ...).
-  Console text is only as live as the worker reports it: a worker that returns output only at
-  completion shows it then.
+  The worker reports a running attempt's output so far (docs/protocol.md), so a line shows within
+  about ``FOLLOW_WAIT_MS`` of the script writing it; each look prints only what lies past what
+  was printed (``_Follow.printed``), so no line is printed twice.
 """
 
 from __future__ import annotations

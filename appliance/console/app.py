@@ -128,9 +128,31 @@ class _Page:
     def render(self, req: falcon.Request, template: str, **fields: Any) -> str:
         identity: Identity | None = req.context.identity
         csrf = identity.session.csrf if identity and identity.session else None
-        fields.setdefault("events_url", "/events")
+        fields["events_url"] = _resuming(fields.get("events_url", "/events"), req)
         fields.setdefault("actions", self.parts.gateway is not None)
         return self.renderer.page(template, csrf=csrf, **fields)
+
+
+def _resuming(events_url: str | None, req: falcon.Request) -> str | None:
+    """The page's stream resumes at the news id read before the page read its state
+    (``NewsMark``), so what changes while the page is rendered and opened still reaches it."""
+    news_id = req.context.get("news_id")
+    if events_url is None or news_id is None:
+        return events_url
+    return f"{events_url}{'&' if '?' in events_url else '?'}after={news_id}"
+
+
+class NewsMark:
+    """Middleware: the hub's newest id, read before a page reads anything (``_resuming``)."""
+
+    def __init__(self, hub: EventHub) -> None:
+        self.hub = hub
+
+    def process_resource(
+        self, req: falcon.Request, resp: falcon.Response, resource: Any, params: dict[str, Any]
+    ) -> None:
+        if isinstance(resource, _Page):
+            req.context.news_id = self.hub.last_id
 
 
 class Overview(_Page):
@@ -511,7 +533,9 @@ def _target(command: Mapping[str, Any]) -> int | None:
 
 class Events:
     """``GET /events``: the first bytes here, the rest from the pusher (appliance/console/
-    pusher.py). 503 when ``streams_max`` streams are open."""
+    pusher.py). 503 when ``streams_max`` streams are open. It resumes after the id in
+    ``Last-Event-ID`` (a reconnecting browser) or else in ``?after=`` (a page's first stream:
+    the id the page was rendered at); without either it starts from now."""
 
     def __init__(self, parts: ConsoleParts) -> None:
         self.parts = parts
@@ -519,6 +543,7 @@ class Events:
     def on_get(self, req: falcon.Request, resp: falcon.Response) -> None:
         identity: Identity = req.context.identity
         follow = _page_int(req, "occurrence", 0) or None
+        after = _resume_after(req)
         offer = req.env.get(TAKEOVER_KEY)
         if offer is None:
             raise falcon.HTTPServiceUnavailable(title="no_streams", description="not served here")
@@ -536,21 +561,48 @@ class Events:
                 description=f"at most {self.parts.pusher.streams_max} event streams are open",
                 headers={"Retry-After": "5"},
             )
+        # Reserved first, then read: what is published from here on either is in these first
+        # bytes or reaches the stream after them (the pusher leaves out what they carry).
+        missed, through = self.parts.hub.opening(after, follow)
+        stream.replayed_through = through
         first = [f"retry: {EVENT_RETRY_MS}\n\n".encode()]
-        last_id = req.get_header("Last-Event-ID")
-        if last_id is not None and last_id.isdigit() and len(last_id) < 16:
-            missed = self.parts.hub.replay(int(last_id), follow)
-            if missed is None:
-                first.append(sse_message("reset", {"reason": "missed events"}))
-            else:
-                first.extend(missed)
-        first.append(sse_message("hello", {"last_id": self.parts.hub.last_id}))
+        if missed is None:
+            first.append(sse_message("reset", {"reason": "missed events"}))
+        else:
+            first.extend(missed)
+        # With its id: a browser that reconnects resumes from here (Last-Event-ID).
+        first.append(sse_message("hello", {"last_id": through}, through))
         offer(stream)
         resp.status = falcon.HTTP_200
         resp.content_type = "text/event-stream; charset=utf-8"
         resp.set_header("Cache-Control", "no-store")
         resp.set_header("X-Accel-Buffering", "no")
         resp.stream = iter([b"".join(first)])  # no length: waitress answers it chunked
+
+
+EVENT_ID_DIGITS_MAX: Final = 15
+
+
+def _event_id(text: str) -> int | None:
+    ok = text.isascii() and text.isdigit() and len(text) <= EVENT_ID_DIGITS_MAX
+    return int(text) if ok else None
+
+
+def _resume_after(req: falcon.Request) -> int | None:
+    last_id = req.get_header("Last-Event-ID")
+    if last_id is not None:
+        # A browser echoes the last id it saw; anything else is ignored (it starts from now).
+        return _event_id(last_id)
+    text = req.get_param("after")
+    if text is None:
+        return None
+    after = _event_id(text)
+    if after is None:
+        raise falcon.HTTPBadRequest(
+            title="invalid_query",
+            description=f"after: an event id (at most {EVENT_ID_DIGITS_MAX} digits)",
+        )
+    return after
 
 
 class Static:
@@ -600,7 +652,7 @@ def create_console_app(parts: ConsoleParts) -> ApplianceApp:
     guard = ConsoleGuard(
         parts.credentials, parts.sessions, parts.clock, unauthenticated, tls=parts.tls
     )
-    app = ApplianceApp(middleware=[guard, BodyCap(FORM_BYTES_MAX)])
+    app = ApplianceApp(middleware=[guard, BodyCap(FORM_BYTES_MAX), NewsMark(parts.hub)])
     app.bearer_gate = ConsoleGate(parts.credentials, parts.sessions, parts.clock)  # type: ignore[assignment]
     app.req_options.auto_parse_form_urlencoded = False
     app.req_options.strip_url_path_trailing_slash = False

@@ -257,6 +257,7 @@ class ChangeFeedSource:
                 "execution_id": execution_id,
                 "offset": offset,
                 "text": piece,
+                "bytes": output.get("bytes") if isinstance(output.get("bytes"), int) else None,
                 "truncated": bool(output.get("truncated")),
                 "final": final,
                 "status": report.get("status"),
@@ -273,9 +274,10 @@ class ChangeFeedSource:
 
 
 class EventHub:
-    """Numbers the news, keeps a bounded replay window, and hands messages to the pusher."""
+    """Numbers the news, keeps a bounded replay window, and hands messages to the pusher
+    (``send(message, occurrence_id, event_id)``, in id order: it is called under the lock)."""
 
-    def __init__(self, send: Callable[[bytes, int | None], None]) -> None:
+    def __init__(self, send: Callable[[bytes, int | None, int | None], None]) -> None:
         self._send = send
         self._lock = threading.Lock()
         self._next_id = 1
@@ -298,23 +300,33 @@ class EventHub:
                 len(self._window) > REPLAY_EVENTS_MAX or self._window_bytes > REPLAY_BYTES_MAX
             ):
                 self._window_bytes -= len(self._window.popleft()[1])
-            self._send(message, event.occurrence_id)
+            self._send(message, event.occurrence_id, event_id)
 
     def replay(self, after_id: int, follow: int | None) -> list[bytes] | None:
         """Messages after ``after_id`` for a stream (its followed output included), or None
         when some of them have left the window (the page must reload)."""
         with self._lock:
-            if after_id > self._next_id - 1:
-                return None  # an id from before a restart
-            if after_id < self._next_id - 1 and (
-                not self._window or self._window[0][0] > after_id + 1
-            ):
-                return None
-            return [
-                message
-                for event_id, message, occurrence in self._window
-                if event_id > after_id and (occurrence is None or occurrence == follow)
-            ]
+            return self._replay(after_id, follow)
+
+    def opening(self, after_id: int | None, follow: int | None) -> tuple[list[bytes] | None, int]:
+        """A new stream's first messages and the newest id, read at once: what came after
+        ``after_id`` (``replay``; nothing without one) and the id its first bytes reach to. The
+        pusher leaves out of the stream what was published up to that id, so a page's stream
+        that resumes from the id its page was rendered at misses nothing and repeats nothing."""
+        with self._lock:
+            missed = [] if after_id is None else self._replay(after_id, follow)
+            return missed, self._next_id - 1
+
+    def _replay(self, after_id: int, follow: int | None) -> list[bytes] | None:
+        if after_id > self._next_id - 1:
+            return None  # an id from before a restart
+        if after_id < self._next_id - 1 and (not self._window or self._window[0][0] > after_id + 1):
+            return None
+        return [
+            message
+            for event_id, message, occurrence in self._window
+            if event_id > after_id and (occurrence is None or occurrence == follow)
+        ]
 
 
 def sse_message(event: str, data: dict[str, Any], event_id: int | None = None) -> bytes:

@@ -20,8 +20,20 @@ Bounds, each named:
   heartbeat; a reserved stream that is never handed over within ``adopt_deadline_s`` is released.
 
 The response body is HTTP/1.1 chunked when waitress began it chunked (``Stream.chunked``): each
-message the pusher sends is one chunk, and a clean end writes the last chunk. Messages are added
-by ``publish`` from any thread; only the pusher thread touches sockets and buffers.
+message the pusher sends is one chunk. Messages are added by ``publish`` from any thread; only the
+pusher thread touches sockets and buffers. How a body stays well framed, whatever the timing:
+
+- a message published while the app is still answering the first bytes (the stream is reserved
+  but not adopted, and the framing is not decided yet) is kept as a message (``Stream.early``)
+  and framed only when the stream is adopted, after the first bytes; one whose id the app's
+  first bytes already carried (``Stream.replayed_through``: its replay and ``hello``) is left
+  out, so a message is neither lost nor sent twice between the page and its stream;
+- a stream is ended, not cut: the end (lifetime, session, a slow reader, a stream adopted after
+  it was released) drops the chunks not begun, finishes the one begun, writes the last chunk,
+  shuts its write side and reads until the browser closes (or ``ENDING_S`` passes), so the
+  browser sees a complete body and reconnects (``retry``) instead of reporting a broken one.
+  Only a client that takes nothing for ``ENDING_S`` more, or the pusher stopping, is closed
+  without that.
 """
 
 from __future__ import annotations
@@ -50,7 +62,9 @@ LIFETIME_S_DEFAULT: Final = 300.0
 ADOPT_DEADLINE_S_DEFAULT: Final = 10.0
 SEND_BYTES: Final = 64 * KiB
 READ_BYTES: Final = 4 * KiB
+ENDING_S: Final = 2.0  # an ended stream's last bytes and the client's close, at most this long
 HEARTBEAT: Final = b": keep-alive\n\n"
+LAST_CHUNK: Final = b"0\r\n\r\n"
 
 
 @dataclass
@@ -64,6 +78,8 @@ class PusherCounts:
     ended_lifetime: int = 0
     ended_session: int = 0
     never_adopted: int = 0
+    ended_cleanly: int = 0  # ended streams whose client took the last chunk and closed
+    cut: int = 0  # ended streams closed before their client took the last chunk
 
 
 @dataclass(eq=False)
@@ -76,12 +92,25 @@ class Stream:
     reserved_s: float
     chunked: bool = False
     ready: bool = False  # the app answered its first bytes (set by the takeover task)
+    # The newest message id the app's first bytes carried (set by the app before its answer).
+    replayed_through: int | None = None
     sock: socket.socket | None = None
-    pending: bytearray = field(default_factory=bytearray)
+    # Before adoption: (message, id) as published, framed once adopted.
+    early: list[tuple[bytes, int | None]] = field(default_factory=list)
+    early_bytes: int = 0
+    pending: bytearray = field(default_factory=bytearray)  # framed bytes not sent yet
+    sizes: deque[int] = field(default_factory=deque)  # the framed messages in ``pending``
+    head_sent: int = 0  # bytes of the first of ``sizes`` already sent
     waiting_since_s: float | None = None  # bytes waiting since (no progress since then)
     opened_s: float = 0.0
+    ending_until_s: float | None = None  # ended: its last bytes go out, then it closes
+    write_shut: bool = False
     closed: bool = False
     pusher: Pusher | None = None
+
+    @property
+    def ending(self) -> bool:
+        return self.ending_until_s is not None
 
     def adopt(self, sock: socket.socket) -> None:
         """Called by the event-loop thread once waitress has flushed the first bytes."""
@@ -156,10 +185,12 @@ class Pusher:
     def release(self, stream: Stream) -> None:
         self._post("release", stream)
 
-    def publish(self, message: bytes, occurrence_id: int | None = None) -> None:
+    def publish(
+        self, message: bytes, occurrence_id: int | None = None, event_id: int | None = None
+    ) -> None:
         """Send one SSE message to every stream (or, with ``occurrence_id``, to the streams that
-        follow that occurrence)."""
-        self._post("publish", (message, occurrence_id))
+        follow that occurrence); ``event_id`` is its id (``EventHub``), None for one without."""
+        self._post("publish", (message, occurrence_id, event_id))
 
     def end_session(self, session_id: str) -> None:
         """Close the streams of a session now (logout)."""
@@ -176,7 +207,7 @@ class Pusher:
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         for stream in list(self._reserved.values()):
-            self._close(stream, graceful=False)
+            self._close(stream)
         with contextlib.suppress(Exception):
             self._selector.close()
         self._wake_r.close()
@@ -223,48 +254,71 @@ class Pusher:
             elif verb == "release":
                 if not value.closed and value.sock is None:
                     self.counts.never_adopted += 1
-                self._close(value, graceful=False)
+                self._close(value)
             elif verb == "end_session":
                 for stream in self._streams():
-                    if stream.session_id == value:
+                    if stream.session_id == value and not stream.ending:
                         self.counts.ended_session += 1
-                        self._close(stream, graceful=True)
+                        self._end(stream)
 
     def _streams(self) -> list[Stream]:
         with self._lock:
             return list(self._reserved.values())
 
     def _adopted(self, stream: Stream, sock: socket.socket) -> None:
-        if stream.closed:
+        sock.setblocking(False)
+        if stream.closed:  # released meanwhile (e.g. the adopt deadline): end its body
+            with contextlib.suppress(OSError, ssl.SSLError):
+                if stream.chunked:
+                    sock.send(LAST_CHUNK)  # waitress flushed everything before: room for it
+                sock.shutdown(socket.SHUT_WR)
             with contextlib.suppress(OSError):
                 sock.close()
             return
         stream.sock = sock
         stream.opened_s = self._clock()
-        sock.setblocking(False)
         self.counts.opened += 1
         self._selector.register(sock, selectors.EVENT_READ, stream)
-        if stream.pending:
-            self._flush(stream)
+        early, stream.early, stream.early_bytes = stream.early, [], 0
+        for message, event_id in early:
+            through = stream.replayed_through
+            if event_id is None or through is None or event_id > through:
+                self._send(stream, message)
 
-    def _distribute(self, message: bytes, occurrence_id: int | None) -> None:
+    def _distribute(self, message: bytes, occurrence_id: int | None, event_id: int | None) -> None:
         for stream in self._streams():
             if occurrence_id is not None and stream.follow != occurrence_id:
                 continue
-            self._send(stream, message)
+            if stream.sock is None:
+                self._keep_early(stream, message, event_id)
+            else:
+                self._send(stream, message)
+
+    def _keep_early(self, stream: Stream, message: bytes, event_id: int | None) -> None:
+        """A message for a stream whose first bytes are still being answered (module docstring)."""
+        if stream.closed:
+            return
+        if stream.early_bytes + len(message) > self.buffer_bytes_max:
+            self._drop_slow(stream, "its unsent bytes reached the buffer cap before it opened")
+            return
+        stream.early.append((message, event_id))
+        stream.early_bytes += len(message)
 
     def _send(self, stream: Stream, message: bytes) -> None:
-        if stream.closed:
+        if stream.closed or stream.ending:
             return
         framed = (b"%x\r\n" % len(message) + message + b"\r\n") if stream.chunked else message
         if len(stream.pending) + len(framed) > self.buffer_bytes_max:
             self._drop_slow(stream, "its unsent bytes reached the buffer cap")
             return
+        self._queue(stream, framed)
+        self._flush(stream)
+
+    def _queue(self, stream: Stream, framed: bytes) -> None:
         if not stream.pending:
             stream.waiting_since_s = self._clock()
         stream.pending += framed
-        if stream.sock is not None:
-            self._flush(stream)
+        stream.sizes.append(len(framed))
 
     def _flush(self, stream: Stream) -> None:
         sock = stream.sock
@@ -276,16 +330,25 @@ class Pusher:
             except (BlockingIOError, ssl.SSLWantWriteError, ssl.SSLWantReadError):
                 break
             except OSError:
-                self.counts.closed_by_client += 1
-                self._close(stream, graceful=False)
+                self._client_gone(stream)
                 return
             if sent <= 0:
                 break
             del stream.pending[:sent]
-            stream.waiting_since_s = self._clock() if stream.pending else None
+            self._sent(stream, sent)
+        if not stream.pending and stream.ending and not stream.write_shut:
+            stream.write_shut = True  # all of it is out: the body is complete
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
         mask = selectors.EVENT_READ | (selectors.EVENT_WRITE if stream.pending else 0)
         with contextlib.suppress(KeyError, ValueError):
             self._selector.modify(sock, mask, stream)
+
+    def _sent(self, stream: Stream, sent: int) -> None:
+        stream.head_sent += sent
+        while stream.sizes and stream.head_sent >= stream.sizes[0]:
+            stream.head_sent -= stream.sizes.popleft()
+        stream.waiting_since_s = self._clock() if stream.pending else None
 
     def _readable(self, stream: Stream) -> None:
         sock = stream.sock
@@ -298,8 +361,14 @@ class Pusher:
         except OSError:
             data = b""
         if not data:
+            self._client_gone(stream)
+
+    def _client_gone(self, stream: Stream) -> None:
+        if stream.ending and not stream.pending:
+            self.counts.ended_cleanly += 1  # it read the whole body, then closed
+        else:
             self.counts.closed_by_client += 1
-            self._close(stream, graceful=False)
+        self._close(stream)
 
     def _upkeep(self, now: float) -> None:
         for stream in self._streams():
@@ -308,30 +377,57 @@ class Pusher:
             if stream.sock is None:
                 if now - stream.reserved_s >= self.adopt_deadline_s and not stream.ready:
                     self.counts.never_adopted += 1
-                    self._close(stream, graceful=False)
+                    self._close(stream)
                 continue
-            if stream.waiting_since_s is not None and now - stream.waiting_since_s >= self.stall_s:
+            if stream.ending_until_s is not None:
+                if now >= stream.ending_until_s:
+                    self.counts.cut += 1
+                    self._close(stream)
+            elif self._stalled(stream, now):
                 self._drop_slow(stream, f"it took no bytes for {self.stall_s:g} s")
             elif now - stream.opened_s >= self.lifetime_s:
                 self.counts.ended_lifetime += 1
-                self._close(stream, graceful=True)
+                self._end(stream)
+
+    def _stalled(self, stream: Stream, now: float) -> bool:
+        return stream.waiting_since_s is not None and now - stream.waiting_since_s >= self.stall_s
 
     def _heartbeat(self) -> None:
         for stream in self._streams():
-            if stream.closed or stream.sock is None:
+            if stream.closed or stream.ending or stream.sock is None:
                 continue
             if stream.session_id is not None and not self._session_alive(stream.session_id):
                 self.counts.ended_session += 1
-                self._close(stream, graceful=True)
+                self._end(stream)
             else:
                 self._send(stream, HEARTBEAT)
 
     def _drop_slow(self, stream: Stream, why: str) -> None:
         self.counts.dropped_slow += 1
         log.info("console: dropped a slow event-stream reader (stream %d): %s", stream.id, why)
-        self._close(stream, graceful=False)
+        self._end(stream, drop_unsent=True)
 
-    def _close(self, stream: Stream, *, graceful: bool) -> None:
+    def _end(self, stream: Stream, *, drop_unsent: bool = False) -> None:
+        """End the body on a chunk boundary with the last chunk (module docstring); the stream
+        closes once the client has closed, or after ``ENDING_S``."""
+        if stream.closed or stream.ending:
+            return
+        if stream.sock is None:
+            self._close(stream)  # not adopted yet: ``_adopted`` ends its body
+            return
+        if drop_unsent:  # keep only the rest of the chunk already begun
+            begun = stream.sizes[0] - stream.head_sent if stream.head_sent else 0
+            del stream.pending[begun:]
+            stream.sizes = deque([begun + stream.head_sent]) if begun else deque()
+            if not begun:
+                stream.head_sent = 0
+        if stream.chunked:
+            self._queue(stream, LAST_CHUNK)
+        stream.ending_until_s = self._clock() + ENDING_S
+        self._flush(stream)
+
+    def _close(self, stream: Stream) -> None:
+        """Close at once: the client left, an ended stream's time ran out, the pusher stops."""
         if stream.closed:
             return
         stream.closed = True
@@ -339,14 +435,13 @@ class Pusher:
             self._reserved.pop(stream.id, None)
         sock = stream.sock
         if sock is not None:
-            if graceful and stream.chunked and not stream.pending:
-                with contextlib.suppress(OSError, ssl.SSLError):
-                    sock.send(b"0\r\n\r\n")
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(sock)
             with contextlib.suppress(OSError):
                 sock.close()
         stream.pending.clear()
+        stream.sizes.clear()
+        stream.early.clear()
         try:
             self._on_close(stream)
         except Exception:  # a listener's bug must not stop the pusher

@@ -12,30 +12,20 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.console.chromium import browser_context, require_chromium
 from tests.console.processes import CONSOLE_TOKEN, Voter, job, running
 from tests.support import wait_for
 
-playwright_api = pytest.importorskip("playwright.sync_api")
+pytest.importorskip("playwright.sync_api")
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 WAIT_MS = 30_000
 WAIT_S = 60.0
 XSS_NAME = "<img src=x onerror=\"window.pwned='name'\">"
@@ -49,16 +39,9 @@ TICKER_CODE = (
 )
 
 
-def chromium_missing() -> bool:
-    return shutil.which(CHROMIUM) is None
-
-
 @pytest.fixture(scope="module")
 def voter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Voter]:
-    if chromium_missing():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs chromium and chromium-driver")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install chromium chromium-driver)")
+    require_chromium()
     root = tmp_path_factory.mktemp("console-browser")
     schedules = [job(XSS_NAME, XSS_CODE), job("ticker", TICKER_CODE)]
     with running(root, actions=True, schedules=schedules) as started:
@@ -68,19 +51,8 @@ def voter(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Voter]:
 @pytest.fixture(scope="module")
 def chromium(voter: Voter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh --user-data-dir
-    with playwright_api.sync_playwright() as driver:
-        context = driver.chromium.launch_persistent_context(
-            str(profile),
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_ARGS,
-            viewport={"width": 1280, "height": 900},
-        )
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
+    with browser_context(profile, WAIT_MS, viewport={"width": 1280, "height": 900}) as context:
+        yield context
 
 
 class Watched:

@@ -207,8 +207,10 @@ def test_followed_output_is_sent_as_it_grows_then_final_and_then_not_asked_again
         wait_for(
             lambda: [e for e in got if e.event == "output" and e.data["final"]], "the end", 10.0
         )
-        pieces = [(e.data["offset"], e.data["text"]) for e in got if e.event == "output"]
-        assert pieces == [(0, "one\n"), (4, "two\n")]
+        pieces = [
+            (e.data["offset"], e.data["text"], e.data["bytes"]) for e in got if e.event == "output"
+        ]
+        assert pieces == [(0, "one\n", 4), (4, "two\n", 8)]
         assert all(
             e.occurrence_id == 1 and e.data["execution_id"] == eid
             for e in got
@@ -255,12 +257,13 @@ def test_following_is_bounded() -> None:
 
 
 def test_the_hub_numbers_messages_and_replays_what_a_stream_missed() -> None:
-    sent: list[tuple[bytes, int | None]] = []
-    hub = EventHub(lambda message, oid: sent.append((message, oid)))
+    sent: list[tuple[bytes, int | None, int | None]] = []
+    hub = EventHub(lambda message, oid, event_id: sent.append((message, oid, event_id)))
     hub.publish(FeedEvent("change", {"n": 1}))
     hub.publish(FeedEvent("output", {"n": 2}, occurrence_id=7))
     hub.publish(FeedEvent("change", {"n": 3}))
-    assert hub.last_id == 3 and sent[0][0] == sse_message("change", {"n": 1}, 1)
+    assert hub.last_id == 3 and sent[0] == (sse_message("change", {"n": 1}, 1), None, 1)
+    assert [event_id for _, _, event_id in sent] == [1, 2, 3]
     assert hub.replay(1, follow=None) == [sse_message("change", {"n": 3}, 3)]
     assert hub.replay(1, follow=7) == [
         sse_message("output", {"n": 2}, 2),
@@ -270,8 +273,19 @@ def test_the_hub_numbers_messages_and_replays_what_a_stream_missed() -> None:
     assert hub.replay(99, follow=None) is None  # an id from before a restart: reload
 
 
+def test_a_new_stream_opens_with_what_it_missed_and_the_id_it_reaches_to() -> None:
+    hub = EventHub(lambda message, oid, event_id: None)
+    assert hub.opening(None, follow=None) == ([], 0)  # from now: nothing to replay
+    hub.publish(FeedEvent("change", {"n": 1}))
+    hub.publish(FeedEvent("output", {"n": 2}, occurrence_id=7))
+    assert hub.opening(None, follow=7) == ([], 2)
+    assert hub.opening(1, follow=7) == ([sse_message("output", {"n": 2}, 2)], 2)
+    assert hub.opening(1, follow=8) == ([], 2)  # another occurrence's output is not its news
+    assert hub.opening(5, follow=None) == (None, 2)  # from before a restart: reload
+
+
 def test_the_replay_window_is_bounded() -> None:
-    hub = EventHub(lambda message, oid: None)
+    hub = EventHub(lambda message, oid, event_id: None)
     for n in range(REPLAY_EVENTS_MAX + 10):
         hub.publish(FeedEvent("change", {"n": n}))
     assert hub.replay(5, follow=None) is None  # it left the window

@@ -63,9 +63,9 @@ def test_a_streams_unsent_bytes_may_reach_the_cap_and_not_pass_it() -> None:
     closed: list[Stream] = []
     pusher = Pusher(buffer_bytes_max=100, on_close=closed.append)
     stream = pusher.reserve(None, None)
-    assert stream is not None  # never adopted: every byte stays unsent
-    pusher._send(stream, b"x" * 60)  # the pusher thread's own step, called directly
-    pusher._send(stream, b"y" * 40)  # exactly 100 bytes waiting
-    assert not stream.closed and len(stream.pending) == 100
-    pusher._send(stream, b"z")  # one over
+    assert stream is not None  # never adopted: every message waits for the takeover
+    pusher._distribute(b"x" * 60, None, 1)  # the pusher thread's own step, called directly
+    pusher._distribute(b"y" * 40, None, 2)  # exactly 100 bytes waiting
+    assert not stream.closed and stream.early_bytes == 100
+    pusher._distribute(b"z", None, 3)  # one over
     assert stream.closed and closed == [stream] and pusher.counts.dropped_slow == 1

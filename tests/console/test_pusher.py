@@ -1,4 +1,5 @@
-"""The event-stream pusher: bounded streams, chunked messages, slow readers dropped."""
+"""The event-stream pusher: bounded streams, chunked messages, slow readers dropped, and a body
+that always ends on a chunk boundary with the last chunk (read as strictly as a browser does)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from appliance.console.pusher import HEARTBEAT, Pusher, Stream
+from appliance.console.pusher import ENDING_S, HEARTBEAT, LAST_CHUNK, Pusher, Stream
+from tests.console.wire import CHUNKED_HEAD, StrictReader
 from tests.support import wait_for
 
 WAIT_S = 10.0
@@ -178,9 +180,13 @@ def test_a_stream_ends_cleanly_after_its_lifetime(
     pusher = make(closed, lifetime_s=0.3)
     try:
         stream, client = adopted(pusher, pairs)
-        data = read_until(client, b"0\r\n\r\n")
-        assert data.endswith(b"0\r\n\r\n")  # the last chunk: the body ends, the browser reconnects
-        assert stream.closed and pusher.counts.ended_lifetime == 1
+        reader = StrictReader(client, head=CHUNKED_HEAD)
+        reader.to_close()  # the server shuts its side once the last chunk is out
+        assert reader.ended  # the last chunk: the body ends, the browser reconnects
+        client.close()  # as a browser does at the end of a body
+        wait_for(lambda: stream.closed, "the ended stream closed", WAIT_S)
+        assert pusher.counts.ended_lifetime == 1 and pusher.counts.ended_cleanly == 1
+        assert pusher.counts.cut == 0
     finally:
         pusher.stop()
 
@@ -192,8 +198,10 @@ def test_ending_a_session_closes_its_streams(
     try:
         stream, client = adopted(pusher, pairs)
         pusher.end_session("session-1")
-        assert read_until(client, b"0\r\n\r\n").endswith(b"0\r\n\r\n")
-        assert stream.closed
+        assert read_until(client, LAST_CHUNK).endswith(LAST_CHUNK)
+        client.close()
+        wait_for(lambda: stream.closed, "the session's stream closed", WAIT_S)
+        assert pusher.counts.ended_session == 1
     finally:
         pusher.stop()
 
@@ -234,5 +242,106 @@ def test_a_reserved_stream_never_handed_over_is_released(closed: list[Stream]) -
         assert pusher.reserve(None, None) is not None
         wait_for(lambda: pusher.open_streams == 0, "the unadopted slot released", WAIT_S)
         assert pusher.counts.never_adopted == 1
+    finally:
+        pusher.stop()
+
+
+def test_a_message_published_before_the_takeover_is_framed_as_a_chunk_after_it(
+    closed: list[Stream], pairs: list[socket.socket]
+) -> None:
+    # A commit lands while the app still answers the stream's first bytes: the framing (chunked
+    # or not) is not decided yet, so the message must wait as a message, not as bytes.
+    pusher = make(closed, lifetime_s=0.5)
+    try:
+        stream = pusher.reserve(None, None)
+        assert stream is not None
+        message = b"event: change\ndata: {}\n\n"
+        pusher.publish(message, None, 1)
+        wait_for(lambda: stream.early, "the message held for the stream", WAIT_S)
+        ours, theirs = socket.socketpair()
+        pairs.append(theirs)
+        stream.chunked = True  # what the takeover task decides at the end of the app's answer
+        stream.ready = True
+        stream.adopt(ours)
+        reader = StrictReader(theirs, head=CHUNKED_HEAD)
+        assert reader.to_close() == message  # one chunk, then the last chunk at the lifetime
+        assert reader.ended
+    finally:
+        pusher.stop()
+
+
+def test_what_the_first_bytes_carried_is_not_sent_again_and_nothing_after_is_lost(
+    closed: list[Stream], pairs: list[socket.socket]
+) -> None:
+    pusher = make(closed, lifetime_s=0.5)
+    try:
+        stream = pusher.reserve(None, None)
+        assert stream is not None
+        for event_id in (1, 2, 3):
+            pusher.publish(b"id: %d\ndata: x\n\n" % event_id, None, event_id)
+        wait_for(lambda: len(stream.early) == 3, "three messages held", WAIT_S)
+        stream.replayed_through = 2  # the app's replay and hello reached id 2
+        ours, theirs = socket.socketpair()
+        pairs.append(theirs)
+        stream.chunked = stream.ready = True
+        stream.adopt(ours)
+        reader = StrictReader(theirs, head=CHUNKED_HEAD)
+        assert reader.to_close() == b"id: 3\ndata: x\n\n"
+    finally:
+        pusher.stop()
+
+
+def test_a_dropped_slow_reader_still_gets_a_well_framed_body_if_it_reads_again(
+    closed: list[Stream], pairs: list[socket.socket]
+) -> None:
+    pusher = make(closed, buffer_bytes_max=64 * 1024, stall_s=60)
+    try:
+        stream, client = adopted(pusher, pairs)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        message = b"data: " + b"s" * 3000 + b"\n\n"
+        for _ in range(400):  # far beyond the buffers: dropped at the cap
+            pusher.publish(message)
+        wait_for(lambda: pusher.counts.dropped_slow == 1, "the slow reader dropped", WAIT_S)
+        reader = StrictReader(client, head=CHUNKED_HEAD)
+        body = reader.to_close(ENDING_S * 4)  # the rest of the begun chunk, then the last one
+        assert reader.ended and body and body.endswith(message)
+        assert len(body) % len(message) == 0  # whole messages only
+        wait_for(lambda: stream.closed, "the dropped stream closed", WAIT_S)
+    finally:
+        pusher.stop()
+
+
+def test_a_stream_released_before_its_takeover_ends_its_body_when_adopted(
+    closed: list[Stream], pairs: list[socket.socket]
+) -> None:
+    pusher = make(closed, adopt_deadline_s=0.2)
+    try:
+        stream = pusher.reserve(None, None)
+        assert stream is not None
+        wait_for(lambda: stream.closed, "the reservation expired", WAIT_S)
+        assert pusher.counts.never_adopted == 1
+        ours, theirs = socket.socketpair()
+        pairs.append(theirs)
+        stream.chunked = stream.ready = True
+        stream.adopt(ours)  # the app's answer came late: its body ends, it is not cut
+        reader = StrictReader(theirs, head=CHUNKED_HEAD)
+        assert reader.to_close() == b"" and reader.ended
+    finally:
+        pusher.stop()
+
+
+def test_an_ended_stream_whose_client_takes_nothing_is_closed_after_ending_s(
+    closed: list[Stream], pairs: list[socket.socket]
+) -> None:
+    pusher = make(closed, buffer_bytes_max=64 * 1024, stall_s=60)
+    try:
+        stream, client = adopted(pusher, pairs)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for _ in range(400):
+            pusher.publish(b"data: " + b"t" * 3000 + b"\n\n")
+        wait_for(lambda: pusher.counts.dropped_slow == 1, "the slow reader dropped", WAIT_S)
+        assert not stream.closed  # ending: its last bytes may still go out
+        wait_for(lambda: stream.closed, "closed after ENDING_S", ENDING_S + WAIT_S)
+        assert pusher.counts.cut == 1 and pusher.open_streams == 0
     finally:
         pusher.stop()

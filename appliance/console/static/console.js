@@ -70,18 +70,38 @@
     timer = setTimeout(() => { timer = null; refresh(); }, 150);
   }
 
+  // Output events carry the attempt's text from ``offset`` on, both counted in code points of
+  // the text the server holds (the page's <pre> says how many it shows: data-chars). A piece
+  // that overlaps what is shown adds only its new end; one from offset 0 is the whole text (shown
+  // unless what is shown already begins with it); one past the end means pieces were missed, so
+  // the page is taken again.
   function appendOutput(data) {
     const pre = document.getElementById("output-live");
     if (!pre || pre.dataset.executionId !== data.execution_id) { soon(); return; }
-    const shown = pre.textContent;
-    if (data.offset === 0) {
-      pre.textContent = data.text;
-    } else if (data.offset === shown.length) {
-      pre.append(data.text);
-    } else if (data.offset > shown.length) {
-      soon(); // lines were missed: take the page again
+    const held = Number(pre.dataset.chars || 0);
+    const piece = Array.from(data.text);
+    const end = data.offset + piece.length;
+    if (data.offset > held) {
+      soon();
+    } else if (data.offset === 0) {
+      if (!(end <= held && pre.textContent.startsWith(data.text))) {
+        pre.textContent = data.text;
+        pre.dataset.chars = String(end);
+        showCount(data);
+      }
+    } else if (end > held) {
+      pre.append(piece.slice(held - data.offset).join(""));
+      pre.dataset.chars = String(end);
+      showCount(data);
     }
     if (data.final) soon();
+  }
+
+  function showCount(data) {
+    const count = document.getElementById("output-live-count");
+    if (count && typeof data.bytes === "number") {
+      count.textContent = data.bytes + " bytes" + (data.truncated ? ", truncated" : "");
+    }
   }
 
   renderTimes(document);
