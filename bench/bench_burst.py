@@ -247,6 +247,10 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         "states": dict(Counter(o["state"] for o in occurrences)),
         "unknown": sum(1 for o in occurrences if o["state"] == "Unknown"),
         "attempts_above_1": sum(1 for o in occurrences if o["attempt"] > 1),
+        # A trivial script should never fail: show why the first few did, if any.
+        "not_succeeded": [
+            json.dumps(o)[:800] for o in occurrences if o["state"] not in ("Succeeded",)
+        ][:3],
         "dropped": dict(dropped),
         "last_accepted_s": round(max(accepted) / 1000, 2) if accepted else None,
         "p50_accepted_s": round(sorted(accepted)[len(accepted) // 2] / 1000, 2)

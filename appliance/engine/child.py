@@ -39,7 +39,7 @@ from collections.abc import Callable
 from typing import Any
 
 from appliance.engine import protocol
-from appliance.engine.model import MIB, REASON_PROTOCOL
+from appliance.engine.model import MIB, REASON_CHILD_START, REASON_PROTOCOL
 from appliance.engine.pdeathsig import set_parent_death_signal
 from appliance.engine.procstat import data_size_bytes, rss_bytes
 from appliance.engine.protocol import PARENT_PID_ENV
@@ -55,6 +55,7 @@ REPLY_FRAME_BYTES_MAX = 64 * MIB
 SLOTS_MAX = 64
 GATE_WAIT_SLICE_SECONDS = 0.05  # a script waiting for the gate still notices a stop this soon
 SPARE_WAIT_SECONDS = 1.0  # a run waits this long for the spare being built, then builds its own
+SPARE_FAILURES_MAX = 3  # one failure can be a passing race; three in a row is a broken child
 
 EXIT_PARENT_GONE = 3
 EXIT_BAD_REQUEST = 4
@@ -125,6 +126,7 @@ class Host:
     def _keep_a_spare(self) -> None:
         from appliance.engine.v8 import Isolate
 
+        failures = 0
         while True:
             with self._spare_ready:
                 while self._spare is not None:
@@ -139,7 +141,8 @@ class Host:
                 self._building_spare = False
                 self._spare = spare
                 self._spare_ready.notify_all()
-            if spare is None:
+            failures = 0 if spare is not None else failures + 1
+            if failures >= SPARE_FAILURES_MAX:
                 return  # cannot build isolates: each execution tries for itself (and says why)
 
     def _isolate(self) -> Any:
@@ -196,9 +199,27 @@ class Host:
         room = 2 * heap_bytes + EXECUTION_DATA_BYTES
         if self._gate is not None:
             room += self._gate.max_requests * THREAD_STACK_BYTES
+        from appliance.engine.v8 import IsolateError
+
         self._data_limit.add(execution_id, room)
         try:
             sandbox = Sandbox(request, self._isolate(), self._gate, self.send, self._finished)
+        except IsolateError as exc:
+            # Nothing of the script ran and the failed isolate closed itself: this execution
+            # fails alone, and the executions beside it in this child go on.
+            self._data_limit.remove(execution_id)
+            traceback.print_exc()
+            self.send(
+                {
+                    "type": protocol.MSG_DONE,
+                    "execution_id": execution_id,
+                    "status": "failed",
+                    "reason": REASON_CHILD_START,
+                    "error": f"the engine could not build an isolate for it: {exc}",
+                    "disposed": True,
+                }
+            )
+            return
         except BaseException:
             self._data_limit.remove(execution_id)
             raise

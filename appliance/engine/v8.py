@@ -52,6 +52,7 @@ from typing import Any
 from appliance.engine.harness import HARNESS_JS
 
 LOOP_ANSWER_SECONDS = 10.0
+THREADS_VISIBLE_SECONDS = 2.0  # how long a new isolate's threads may take to show in /proc
 PR_SET_NAME = 15
 PR_GET_NAME = 16
 THREAD_NAME_BYTES_MAX = 15
@@ -118,23 +119,11 @@ class Isolate:
                 _thread_name(own_name)
         self._ctx = self._racer._ctx
         self._loop = self._ctx.event_loop
-        # Both new threads carry the marker: the loop thread is the one Python started (asked on
-        # the loop itself when that does not settle it: a native thread that ran Python code
-        # may be known to ``threading`` too).
-        marked = _threads_named(marker)
-        started = {
-            thread.native_id
-            for thread in threading.enumerate()
-            if not isinstance(thread, threading._DummyThread)
-        }
-        loops = marked & started
-        if len(loops) != 1:
-            loops = {self._on_loop(threading.get_native_id).result(LOOP_ANSWER_SECONDS)}
-        pumps = marked - loops
-        if not loops <= marked or len(pumps) != 1:
-            raise IsolateError(f"cannot tell the isolate's threads among {sorted(marked)}")
-        self.loop_thread_id = loops.pop()
-        self.pump_thread_id = pumps.pop()
+        try:
+            self.loop_thread_id, self.pump_thread_id = self._find_threads(marker)
+        except BaseException:
+            self._racer.close()  # frees the context and joins its threads: nothing is left
+            raise
         self._bell: Callable[[], None] | None = None
         self._doorbell_cm = self._ctx._register_js_notification(self._ring)
         doorbell = self._doorbell_cm.__enter__()
@@ -145,6 +134,37 @@ class Isolate:
         self._disposed = False
         self._outstanding: set[concurrent.futures.Future[Any]] = set()
         self._outstanding_lock = threading.Lock()
+
+    def _find_threads(self, marker: bytes) -> tuple[int, int]:
+        """(loop thread, pump thread). Both new threads carry the marker: the loop thread is
+        the one Python started (asked on the loop itself when that does not settle it: a native
+        thread that ran Python code may be known to ``threading`` too). On a busy host the pump
+        thread, although created first, can be missing from ``/proc/self/task`` for a moment
+        (seen in about 1 of 70 creations while other isolates ran): look again until both are
+        there, within a bound."""
+        deadline = time.monotonic() + THREADS_VISIBLE_SECONDS
+        pause = 0.0001
+        loop_id: int | None = None
+        while True:
+            marked = _threads_named(marker)
+            if loop_id is None:
+                started = {
+                    thread.native_id
+                    for thread in threading.enumerate()
+                    if not isinstance(thread, threading._DummyThread)
+                }
+                loops = marked & started
+                if len(loops) == 1:
+                    loop_id = loops.pop()
+                else:
+                    loop_id = self._on_loop(threading.get_native_id).result(LOOP_ANSWER_SECONDS)
+            pumps = marked - {loop_id}
+            if loop_id in marked and len(pumps) == 1:
+                return loop_id, pumps.pop()
+            if len(pumps) > 1 or time.monotonic() >= deadline:
+                raise IsolateError(f"cannot tell the isolate's threads among {sorted(marked)}")
+            time.sleep(pause)  # nothing tells us when /proc shows a new thread
+            pause = min(pause * 2, 0.01)
 
     def _on_loop(self, function: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         async def call() -> Any:

@@ -4,11 +4,14 @@ relies on still work, and disposal stops a script wherever it spins and proves i
 from __future__ import annotations
 
 import json
+import os
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
 
+from appliance.engine import v8
 from appliance.engine.v8 import Isolate, IsolateError, initialise_v8, thread_alive
 
 
@@ -115,3 +118,46 @@ def test_a_call_after_dispose_fails_at_once(isolate: Isolate) -> None:
     assert isolate.dispose(5.0)
     with pytest.raises(IsolateError):
         isolate.call("take").result(1)
+
+
+def test_a_pump_thread_that_shows_late_in_proc_is_waited_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Seen in a burst: /proc/self/task listed the new loop thread but not yet the pump thread
+    # created just before it; the isolate was refused and its whole child died with it.
+    initialise_v8()
+    real = v8._threads_named
+    calls = []
+
+    def late_pump(name: bytes) -> set[int]:
+        found = real(name)
+        calls.append(found)
+        if len(calls) == 1:
+            loop = {t.native_id for t in threading.enumerate()} & found
+            return loop
+        return found
+
+    monkeypatch.setattr(v8, "_threads_named", late_pump)
+    made = Isolate()
+    try:
+        assert len(calls) >= 2
+        assert {made.loop_thread_id, made.pump_thread_id} == calls[-1]
+        assert thread_alive(made.pump_thread_id)
+    finally:
+        assert made.dispose(5.0)
+
+
+def test_an_isolate_whose_threads_cannot_be_told_closes_itself(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    initialise_v8()
+    monkeypatch.setattr(v8, "THREADS_VISIBLE_SECONDS", 0.05)
+    monkeypatch.setattr(v8, "_threads_named", lambda name: set())
+    before = set(os.listdir("/proc/self/task"))
+    with pytest.raises(IsolateError, match="cannot tell the isolate's threads"):
+        Isolate()
+    # Its loop and pump threads are joined: nothing of it is left running.
+    deadline = time.monotonic() + 5
+    while set(os.listdir("/proc/self/task")) - before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not set(os.listdir("/proc/self/task")) - before
