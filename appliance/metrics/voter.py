@@ -202,7 +202,14 @@ class WorkerProbe:
         except ClientError as exc:
             return WorkerView(self.url, reachable=False, authorized=False, detail=exc.reason)
         authorized = response.status != 401
-        return WorkerView(self.url, True, authorized, detail=f"HTTP {response.status}")
+        # The probe asks for an execution id no worker ever holds: any answer but 401 means
+        # the worker is up and took the bearer (it answers 404 or 410 for the id).
+        detail = (
+            f"refused the worker bearer (HTTP {response.status})"
+            if not authorized
+            else f"answered the probe (HTTP {response.status})"
+        )
+        return WorkerView(self.url, True, authorized, detail=detail)
 
 
 class FleetProbe:
