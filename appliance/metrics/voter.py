@@ -204,11 +204,12 @@ class WorkerProbe:
         authorized = response.status != 401
         # The probe asks for an execution id no worker ever holds: any answer but 401 means
         # the worker is up and took the bearer (it answers 404 or 410 for the id).
-        detail = (
-            f"refused the worker bearer (HTTP {response.status})"
-            if not authorized
-            else f"answered the probe (HTTP {response.status})"
-        )
+        if not authorized:
+            detail = f"refused the worker bearer (HTTP {response.status})"
+        elif response.status in (404, 410):
+            detail = "up: answered the probe as expected"
+        else:
+            detail = f"up, but answered the probe with HTTP {response.status}"
         return WorkerView(self.url, True, authorized, detail=detail)
 
 
