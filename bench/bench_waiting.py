@@ -37,13 +37,13 @@ import time
 import urllib.error
 import urllib.request
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.slow_upstream import SlowServer  # noqa: E402
 from tests.ports import free_ports  # noqa: E402
 from tests.worker.peers import (  # noqa: E402
     ADMISSION_TOKEN,
@@ -66,42 +66,6 @@ SAMPLE_INTERVAL_S = 0.05
 READY_TIMEOUT_S = 60.0
 RUN_TIMEOUT_S = 120.0
 POLL_INTERVAL_S = 1.0
-
-
-class SlowServer:
-    """Answers every request after ``delay_s``, many at once (one thread per connection)."""
-
-    def __init__(self, delay_s: float) -> None:
-        delay = delay_s
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *_args: Any) -> None:
-                return None
-
-            def do_GET(self) -> None:
-                time.sleep(delay)  # the slow upstream being awaited
-                body = b'{"ok": true}'
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-        ThreadingHTTPServer.request_queue_size = 256  # 64 connects at once: no SYN retries
-        self.port = free_ports(1)[0]
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/slow"
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
 
 def _status_kib(pid: int, field: str) -> int:

@@ -142,6 +142,7 @@ class Worker:
         admission_ports: list[int],
         worker_id: str = "worker-1",
         engine: dict[str, int] | None = None,
+        egress: dict[str, Any] | None = None,
     ) -> None:
         # The first worker keeps the names of before the fleet (issue 33): worker.json, …
         stem = "worker" if worker_id == "worker-1" else worker_id
@@ -161,6 +162,8 @@ class Worker:
         }
         if engine is not None:
             doc["engine"] = engine
+        if egress is not None:
+            doc["egress"] = egress
         self.config.write_text(json.dumps(doc))
         self.proc: subprocess.Popen[str] | None = None
 
@@ -218,9 +221,11 @@ class Cluster:
         spare: int = 0,
         fleet: list[dict[str, str]] | None = None,
         worker_engine: dict[str, int] | None = None,
+        worker_egress: dict[str, Any] | None = None,
     ) -> None:
         """``fleet``: one labels object per worker of a fleet (issue 33: ``remote.workers``,
-        worker-1 … worker-N); absent, the one worker of ``remote.url`` as before."""
+        worker-1 … worker-N); absent, the one worker of ``remote.url`` as before.
+        ``worker_engine`` / ``worker_egress``: every worker's ``engine`` / ``egress`` section."""
         self.root = root
         # ``spare`` nodes that may join later (``joiner``): ports now, so the worker knows their
         # admission routes from the start.
@@ -293,7 +298,12 @@ class Cluster:
         self.time_scale = time_scale
         self.workers = [
             Worker(
-                root, port, list(self.admission_ports.values()), f"worker-{j + 1}", worker_engine
+                root,
+                port,
+                list(self.admission_ports.values()),
+                f"worker-{j + 1}",
+                worker_engine,
+                worker_egress,
             )
             for j, port in enumerate(worker_ports)
         ]
