@@ -29,6 +29,7 @@ is the head and nothing else is active, whatever those indexes say — and other
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from appliance.core.admission import ClaimOccurrence, _claim_occurrence, claim_binding
@@ -124,10 +125,20 @@ def _observe_and_claim(txn: Txn, cmd: ObserveAndClaim) -> ObservedAndClaimed:
     if not isinstance(cmd.observe, Observe) or not isinstance(cmd.authority, Authority):
         raise InvalidCommand("observe_and_claim: needs an Observe and an Authority")
     report = _observe(txn, cmd.observe)
+    return _claim_created(txn, report, lambda _schedule_id, oid: _claim_now(txn, cmd, oid))
+
+
+def _claim_created(
+    txn: Txn,
+    report: ObserveReport,
+    claim_for: Callable[[int, int], ClaimOccurrence | str],
+) -> ObservedAndClaimed:
+    """Claim each occurrence the observation created, as ``claim_for(schedule id, occurrence
+    id)`` says: a claim, or the reason it stays Pending (shared by ObserveAndPlace)."""
     claimed: list[Occurrence] = []
     unclaimed: list[tuple[int, str]] = []
-    for _schedule_id, occurrence_id, _due_s in report.created:
-        claim = _claim_now(txn, cmd, occurrence_id)
+    for schedule_id, occurrence_id, _due_s in report.created:
+        claim = claim_for(schedule_id, occurrence_id)
         if isinstance(claim, str):
             unclaimed.append((occurrence_id, claim))
             continue

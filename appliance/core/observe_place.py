@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from appliance.core.admission import _claim_occurrence
+from appliance.core.admission import ClaimOccurrence
 from appliance.core.binding import Authority, _check_text
 from appliance.core.commands import Observe
 from appliance.core.observe_claim import (
@@ -28,11 +28,11 @@ from appliance.core.observe_claim import (
     ObservedAndClaimed,
     _authority_from_json,
     _authority_to_json,
+    _claim_created,
     _claim_now,
     _observe_from_json,
     _observe_to_json,
 )
-from appliance.core.occurrence import Occurrence
 from appliance.core.policy_apply import _observe
 from appliance.core.serialisation import register_command_type
 from appliance.core.state_errors import InvalidCommand
@@ -72,27 +72,15 @@ def _observe_and_place(txn: Txn, cmd: ObserveAndPlace) -> ObservedAndClaimed:
         raise InvalidCommand("observe_and_place: needs an Observe and an Authority")
     placed = _check_placements(cmd.placements)
     report = _observe(txn, cmd.observe)
-    claimed: list[Occurrence] = []
-    unclaimed: list[tuple[int, str]] = []
-    for schedule_id, occurrence_id, _due_s in report.created:
+
+    def claim_on_placed_worker(schedule_id: int, occurrence_id: int) -> ClaimOccurrence | str:
         worker = placed.get(schedule_id)
         if worker is None:
-            unclaimed.append((occurrence_id, "placement: no worker placed for its schedule"))
-            continue
+            return "placement: no worker placed for its schedule"
         one = ObserveAndClaim(cmd.observe, cmd.epoch, cmd.namespace, worker, cmd.authority)
-        claim = _claim_now(txn, one, occurrence_id)
-        if isinstance(claim, str):
-            unclaimed.append((occurrence_id, claim))
-            continue
-        claimed.append(_claim_occurrence(txn, claim))
-    return ObservedAndClaimed(
-        report.created,
-        report.dropped,
-        report.ignored,
-        report.retired,
-        tuple(claimed),
-        tuple(unclaimed),
-    )
+        return _claim_now(txn, one, occurrence_id)
+
+    return _claim_created(txn, report, claim_on_placed_worker)
 
 
 def _placements_to_json(value: tuple[tuple[int, str], ...]) -> list[list[object]]:
