@@ -235,6 +235,7 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         for e in events
         if e.get("event") == "dispatch_accepted" and e.get("occurrence") in sent
     )
+    not_succeeded = [json.dumps(o)[:800] for o in occurrences if o["state"] != "Succeeded"]
     dropped = Counter()
     for e in events:
         if e.get("event") == "selection":
@@ -248,9 +249,7 @@ def burst_run(label: str, tree: Path, args: argparse.Namespace) -> dict[str, Any
         "unknown": sum(1 for o in occurrences if o["state"] == "Unknown"),
         "attempts_above_1": sum(1 for o in occurrences if o["attempt"] > 1),
         # A trivial script should never fail: show why the first few did, if any.
-        "not_succeeded": [
-            json.dumps(o)[:800] for o in occurrences if o["state"] not in ("Succeeded",)
-        ][:3],
+        "not_succeeded": not_succeeded[:3],
         "dropped": dict(dropped),
         "last_accepted_s": round(max(accepted) / 1000, 2) if accepted else None,
         "p50_accepted_s": round(sorted(accepted)[len(accepted) // 2] / 1000, 2)

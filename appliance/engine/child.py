@@ -203,7 +203,8 @@ class Host:
 
         self._data_limit.add(execution_id, room)
         try:
-            sandbox = Sandbox(request, self._isolate(), self._gate, self.send, self._finished)
+            isolate = self._isolate()  # the one call here that raises IsolateError
+            sandbox = Sandbox(request, isolate, self._gate, self.send, self._finished)
         except IsolateError as exc:
             # Nothing of the script ran and the failed isolate closed itself: this execution
             # fails alone, and the executions beside it in this child go on.
